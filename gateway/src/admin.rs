@@ -1,0 +1,363 @@
+//! `palisade.v1.ClusterAdmin`: this replica's view of the cluster, and
+//! membership changes (add a learner, promote it, remove a member, move
+//! leadership).
+//!
+//! Membership changes must run on the leader. A replica that does not lead
+//! forwards the call to the leader's ClusterAdmin endpoint (the address in
+//! the membership) and relays the answer, so operators may call any replica.
+
+use openraft::async_runtime::WatchReceiver as _;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use openraft::ChangeMembers;
+use openraft::error::{ClientWriteError, RaftError};
+use palisade_proto::v1::{
+    self, cluster_admin_client::ClusterAdminClient, cluster_admin_server::ClusterAdmin,
+};
+use tonic::{Code, Request, Response, Status};
+
+use crate::client::endpoint_uri;
+use crate::errors::{self, NO_LEADER};
+use crate::replica::Replica;
+
+/// How long a membership change may take (a learner catching up included).
+const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a leader transfer may take to show.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Implements `palisade.v1.ClusterAdmin`.
+#[derive(Clone)]
+pub struct AdminService {
+    replica: Replica,
+}
+
+impl AdminService {
+    /// An admin service for `replica`.
+    pub fn new(replica: Replica) -> Self {
+        Self { replica }
+    }
+
+    fn info(&self) -> v1::ClusterInfo {
+        cluster_info(&self.replica)
+    }
+
+    /// The leader's admin client when this replica does not lead.
+    async fn leader_client(
+        &self,
+    ) -> Result<Option<ClusterAdminClient<tonic::transport::Channel>>, Status> {
+        let Some((leader, address)) = self.replica.leader() else {
+            return Err(errors::unavailable(
+                NO_LEADER,
+                "no leader is known; retry shortly",
+            ));
+        };
+        if leader == self.replica.node_id {
+            return Ok(None);
+        }
+        let channel = tonic::transport::Endpoint::from_shared(endpoint_uri(&address))
+            .map_err(|error| {
+                errors::unavailable(
+                    NO_LEADER,
+                    format!("leader address {address:?} is invalid: {error}"),
+                )
+            })?
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .map_err(|error| {
+                errors::unavailable(
+                    NO_LEADER,
+                    format!("cannot reach the leader (node {leader} at {address}): {error}"),
+                )
+            })?;
+        Ok(Some(ClusterAdminClient::new(channel)))
+    }
+}
+
+/// This replica's view of the cluster.
+pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
+    let metrics = replica.raft.metrics().borrow_watched().clone();
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let matched = metrics.replication.clone().unwrap_or_default();
+    let members = membership
+        .nodes()
+        .map(|(id, node)| v1::ClusterMember {
+            node_id: *id,
+            address: node.addr.clone(),
+            role: if voters.contains(id) {
+                "voter"
+            } else {
+                "learner"
+            }
+            .to_string(),
+            matched_index: matched
+                .get(id)
+                .and_then(|log_id| log_id.as_ref().map(|log_id| log_id.index)),
+        })
+        .collect();
+    let leader_address = metrics
+        .current_leader
+        .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
+        .unwrap_or_default();
+    v1::ClusterInfo {
+        node_id: replica.node_id,
+        leader_id: metrics.current_leader,
+        term: metrics.current_term,
+        commit_index: metrics.local_committed.map_or(0, |id| id.index),
+        applied_index: metrics.last_applied.map_or(0, |id| id.index),
+        server_state: format!("{:?}", metrics.state),
+        members,
+        leader_address,
+    }
+}
+
+fn membership_error(
+    error: RaftError<palisade_raft::TypeConfig, ClientWriteError<palisade_raft::TypeConfig>>,
+) -> Status {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => errors::unavailable(
+            errors::LEADERSHIP_CHANGED,
+            "leadership moved during the membership change; retry",
+        ),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => errors::status(
+            Code::FailedPrecondition,
+            "MEMBERSHIP_CHANGE_REFUSED",
+            format!("membership change refused: {error}"),
+            [],
+        ),
+        other => errors::unavailable(
+            errors::INTERNAL,
+            format!("membership change failed: {other}"),
+        ),
+    }
+}
+
+fn invalid_node_id(node_id: u64) -> Result<(), Status> {
+    if node_id == 0 {
+        return Err(errors::invalid_input(
+            palisade_lifecycle::validate::InvalidInput {
+                field: "node_id",
+                problem: "node ids start at 1".into(),
+            },
+        ));
+    }
+    Ok(())
+}
+
+async fn bounded<T>(
+    future: impl Future<Output = Result<T, Status>>,
+    timeout: Duration,
+    what: &str,
+) -> Result<T, Status> {
+    tokio::time::timeout(timeout, future).await.map_err(|_| {
+        errors::unavailable(
+            errors::OUTCOME_PENDING,
+            format!("{what} did not finish within {timeout:?}; check `palisade cluster status`"),
+        )
+    })?
+}
+
+#[tonic::async_trait]
+impl ClusterAdmin for AdminService {
+    async fn get_cluster_info(
+        &self,
+        _request: Request<v1::GetClusterInfoRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        Ok(Response::new(self.info()))
+    }
+
+    async fn add_learner(
+        &self,
+        request: Request<v1::AddLearnerRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        let request = request.into_inner();
+        invalid_node_id(request.node_id)?;
+        let address = request
+            .address
+            .trim()
+            .trim_start_matches("http://")
+            .to_string();
+        if address.parse::<std::net::SocketAddr>().is_err() && !address.contains(':') {
+            return Err(errors::invalid_input(
+                palisade_lifecycle::validate::InvalidInput {
+                    field: "address",
+                    problem: format!("{address:?} is not HOST:PORT"),
+                },
+            ));
+        }
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader
+                .add_learner(v1::AddLearnerRequest {
+                    node_id: request.node_id,
+                    address,
+                })
+                .await;
+        }
+        let node = palisade_raft::Node { addr: address };
+        bounded(
+            async {
+                self.replica
+                    .raft
+                    .add_learner(request.node_id, node, true)
+                    .await
+                    .map_err(membership_error)
+            },
+            MEMBERSHIP_CHANGE_TIMEOUT,
+            "adding the learner",
+        )
+        .await?;
+        Ok(Response::new(self.info()))
+    }
+
+    async fn promote_learner(
+        &self,
+        request: Request<v1::PromoteLearnerRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        let request = request.into_inner();
+        invalid_node_id(request.node_id)?;
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader.promote_learner(request).await;
+        }
+        let is_learner = {
+            let metrics = self.replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let membership = metrics.membership_config.membership();
+            membership.get_node(&request.node_id).is_some()
+                && !membership.voter_ids().any(|id| id == request.node_id)
+        };
+        if !is_learner {
+            return Err(errors::status(
+                Code::FailedPrecondition,
+                "NOT_A_LEARNER",
+                format!(
+                    "node {} is not a learner; add it with `palisade cluster add-learner` first",
+                    request.node_id
+                ),
+                [],
+            ));
+        }
+        bounded(
+            async {
+                self.replica
+                    .raft
+                    .change_membership(
+                        ChangeMembers::AddVoterIds(BTreeSet::from([request.node_id])),
+                        false,
+                    )
+                    .await
+                    .map_err(membership_error)
+            },
+            MEMBERSHIP_CHANGE_TIMEOUT,
+            "promoting the learner",
+        )
+        .await?;
+        Ok(Response::new(self.info()))
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<v1::RemoveMemberRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        let request = request.into_inner();
+        invalid_node_id(request.node_id)?;
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader.remove_member(request).await;
+        }
+        let (is_voter, is_member) = {
+            let metrics = self.replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            let membership = metrics.membership_config.membership();
+            (
+                membership.voter_ids().any(|id| id == request.node_id),
+                membership.get_node(&request.node_id).is_some(),
+            )
+        };
+        if !is_member {
+            return Err(errors::status(
+                Code::NotFound,
+                "MEMBER_NOT_FOUND",
+                format!("node {} is not a member", request.node_id),
+                [],
+            ));
+        }
+        let change = if is_voter {
+            ChangeMembers::RemoveVoters(BTreeSet::from([request.node_id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([request.node_id]))
+        };
+        bounded(
+            async {
+                // retain = false: a removed voter is dropped from the nodes too.
+                self.replica
+                    .raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(membership_error)
+            },
+            MEMBERSHIP_CHANGE_TIMEOUT,
+            "removing the member",
+        )
+        .await?;
+        Ok(Response::new(self.info()))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<v1::TransferLeaderRequest>,
+    ) -> Result<Response<v1::ClusterInfo>, Status> {
+        let request = request.into_inner();
+        invalid_node_id(request.node_id)?;
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader.transfer_leader(request).await;
+        }
+        let target = request.node_id;
+        if target == self.replica.node_id {
+            return Ok(Response::new(self.info()));
+        }
+        let is_voter = {
+            let metrics = self.replica.raft.metrics();
+            let metrics = metrics.borrow_watched();
+            metrics
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|id| id == target)
+        };
+        if !is_voter {
+            return Err(errors::status(
+                Code::FailedPrecondition,
+                "NOT_A_VOTER",
+                format!("node {target} is not a voter; only voters can lead"),
+                [],
+            ));
+        }
+        self.replica
+            .raft
+            .trigger()
+            .transfer_leader(target)
+            .await
+            .map_err(|error| {
+                errors::unavailable(errors::INTERNAL, format!("transfer failed: {error}"))
+            })?;
+        let moved = self
+            .replica
+            .raft
+            .wait(Some(TRANSFER_TIMEOUT))
+            .metrics(
+                |metrics| metrics.current_leader == Some(target),
+                "leader moved",
+            )
+            .await;
+        if moved.is_err() {
+            return Err(errors::unavailable(
+                errors::OUTCOME_PENDING,
+                format!(
+                    "node {target} did not take over within {TRANSFER_TIMEOUT:?}; check `palisade cluster status`"
+                ),
+            ));
+        }
+        Ok(Response::new(self.info()))
+    }
+}

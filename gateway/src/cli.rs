@@ -1,0 +1,889 @@
+//! The `palisade` command line: argument parsing (clap) and the client
+//! commands (`sandbox`, `workspace`, `cluster`). The server commands
+//! (`gateway run`, `up`) live in [`crate::serve`] and [`crate::up`].
+//!
+//! Exit codes: 0 success; 1 the request failed (the message and the
+//! ErrorInfo reason are printed on stderr); 2 bad usage.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use palisade_proto::v1;
+use serde_json::json;
+
+use crate::client::{Client, ClientError, parse_endpoints};
+use crate::convert::phase_from_proto;
+
+/// Default endpoints: the three replicas `palisade up` starts.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+/// Palisade: a highly available control plane for AI-agent sandboxes.
+#[derive(Debug, Parser)]
+#[command(name = "palisade", version, about, long_about = None)]
+pub struct Cli {
+    /// Replica endpoints, `host:port` or `http://host:port`, comma-separated;
+    /// the client fails over between them.
+    #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINTS)]
+    pub endpoint: String,
+    /// Workspace of the sandbox commands.
+    #[arg(
+        long,
+        global = true,
+        env = "PALISADE_WORKSPACE",
+        default_value = "default"
+    )]
+    pub workspace: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output format of every command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable table.
+    Table,
+    /// JSON, for scripts.
+    Json,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a local cluster (three replicas, process driver, data under one
+    /// directory) until Ctrl-C.
+    Up(crate::up::UpArgs),
+    /// Run a gateway replica.
+    #[command(subcommand)]
+    Gateway(GatewayCommand),
+    /// Create, inspect, stop, start and delete sandboxes.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// Create, inspect and delete workspaces.
+    #[command(subcommand)]
+    Workspace(WorkspaceCommand),
+    /// Inspect the cluster.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// Internal: supervise one execution (started by the process driver).
+    #[command(hide = true)]
+    Shim(ShimArgs),
+}
+
+/// Arguments of the hidden `palisade shim` command, passed through verbatim
+/// to the process driver's shim.
+#[derive(Debug, Args)]
+pub struct ShimArgs {
+    /// Arguments for the shim.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// `palisade gateway ...`
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Run one replica in the foreground until SIGTERM or Ctrl-C.
+    Run(crate::serve::RunArgs),
+}
+
+/// Names a sandbox by name (in --workspace) or by --id.
+#[derive(Debug, Args)]
+pub struct SandboxSelector {
+    /// Sandbox name.
+    #[arg(required_unless_present = "id", conflicts_with = "id")]
+    pub name: Option<String>,
+    /// Sandbox id (never resolves to a same-name replacement).
+    #[arg(long)]
+    pub id: Option<String>,
+}
+
+impl SandboxSelector {
+    fn to_ref(&self, workspace: &str) -> v1::SandboxRef {
+        match (&self.name, &self.id) {
+            (_, Some(id)) => v1::SandboxRef {
+                id: id.clone(),
+                ..Default::default()
+            },
+            (Some(name), None) => v1::SandboxRef {
+                workspace: workspace.to_string(),
+                name: name.clone(),
+                id: String::new(),
+            },
+            (None, None) => unreachable!("clap requires a name or --id"),
+        }
+    }
+}
+
+/// `palisade sandbox ...`
+// The flattened selectors are documented on `SandboxSelector`; a doc comment
+// here would not reach `--help`.
+#[allow(missing_docs)]
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Create a sandbox running CMD (default: a long-running idle command)
+    /// and wait until it is READY.
+    ///
+    /// Example: palisade sandbox create demo -- sleep 1000
+    Create {
+        /// Sandbox name: a DNS-1123 label (lowercase letters, digits, '-'; at
+        /// most 63 characters), unique in the workspace.
+        name: String,
+        /// Label KEY=VALUE (repeatable).
+        #[arg(long = "label", value_parser = parse_key_value)]
+        labels: Vec<(String, String)>,
+        /// Environment variable KEY=VALUE for the command (repeatable).
+        #[arg(long = "env", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        /// Answer once the create is committed, without waiting for READY.
+        #[arg(long)]
+        no_wait: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Show one sandbox.
+    Get {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Read this replica's local state (may be behind the leader).
+        #[arg(long)]
+        stale: bool,
+    },
+    /// List sandboxes (all pages).
+    List {
+        /// List every workspace.
+        #[arg(long, short = 'A')]
+        all_workspaces: bool,
+        /// Only these phases (repeatable), e.g. --phase READY.
+        #[arg(long = "phase")]
+        phases: Vec<String>,
+        /// Only sandboxes with label KEY=VALUE (repeatable).
+        #[arg(long = "selector", short = 'l', value_parser = parse_key_value)]
+        selector: Vec<(String, String)>,
+        /// Page size of each request to the server.
+        #[arg(long, default_value_t = 100)]
+        page_size: u32,
+        /// Read this replica's local state (may be behind the leader).
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Stop a sandbox's execution (SIGTERM, then SIGKILL) and wait for STOPPED.
+    Stop {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Answer once the stop is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Start a new execution (generation + 1) and wait for READY.
+    Start {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Answer once the start is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Delete a sandbox; waits until its executions are gone and the
+    /// sandbox is removed.
+    Delete {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Answer once the delete is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+/// `palisade workspace ...`
+#[derive(Debug, Subcommand)]
+pub enum WorkspaceCommand {
+    /// Create a workspace.
+    Create {
+        /// Workspace name (DNS-1123 label).
+        name: String,
+    },
+    /// Show a workspace.
+    Get {
+        /// Workspace name.
+        name: String,
+    },
+    /// List workspaces.
+    List,
+    /// Delete an empty workspace (`default` cannot be deleted).
+    Delete {
+        /// Workspace name.
+        name: String,
+    },
+}
+
+/// `palisade cluster ...`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Show each replica's view: leader, term, commit and applied index,
+    /// and how far it lags the leader.
+    Status,
+    /// Add a replica as a learner (it replicates the log but does not
+    /// vote); returns once it caught up. Start it first with
+    /// `palisade gateway run --node-id ID --listen ADDRESS --data-dir DIR`
+    /// (no --initial-cluster).
+    AddLearner {
+        /// The new replica's node id (never reuse one).
+        node_id: u64,
+        /// HOST:PORT the new replica listens on.
+        address: String,
+    },
+    /// Make a caught-up learner a voter.
+    Promote {
+        /// The learner's node id.
+        node_id: u64,
+    },
+    /// Remove a replica (voter or learner) from the cluster.
+    Remove {
+        /// The replica's node id.
+        node_id: u64,
+    },
+    /// Move leadership to another voter.
+    TransferLeader {
+        /// The voter to lead.
+        node_id: u64,
+    },
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+fn phase_name(phase: i32) -> &'static str {
+    v1::SandboxPhase::try_from(phase)
+        .ok()
+        .and_then(phase_from_proto)
+        .map_or("UNSPECIFIED", |phase| phase.as_str())
+}
+
+fn parse_phase(text: &str) -> anyhow::Result<i32> {
+    let wanted = text.trim().to_ascii_uppercase();
+    palisade_lifecycle::SandboxPhase::ALL
+        .iter()
+        .find(|phase| phase.as_str() == wanted)
+        .map(|phase| crate::convert::phase_to_proto(*phase) as i32)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown phase {text:?}; one of {}",
+                palisade_lifecycle::SandboxPhase::ALL
+                    .iter()
+                    .map(|phase| phase.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// The JSON shape of a sandbox (stable for scripts).
+pub fn sandbox_json(sandbox: &v1::Sandbox) -> serde_json::Value {
+    let meta = sandbox.metadata.clone().unwrap_or_default();
+    let status = sandbox.status.clone().unwrap_or_default();
+    let spec = sandbox.spec.clone().unwrap_or_default();
+    let execution = status.execution.clone().unwrap_or_default();
+    json!({
+        "id": meta.id,
+        "name": meta.name,
+        "workspace": meta.workspace,
+        "phase": phase_name(status.phase),
+        "generation": execution.generation,
+        "resource_version": meta.resource_version,
+        "created_at_ms": meta.created_at_ms,
+        "labels": meta.labels,
+        "annotations": meta.annotations,
+        "command": spec.command,
+        "execution": {
+            "generation": execution.generation,
+            "handle": execution.handle,
+            "driver": execution.driver,
+            "exit_code": execution.exit_code,
+        },
+        "pid": pid_of_handle(&execution.handle),
+        "exit_code": status.exit_code,
+        "message": status.message,
+        "operation": status.operation.map(|op| json!({
+            "kind": v1::OperationKind::try_from(op.kind).map(|kind| kind.as_str_name()).unwrap_or("UNSPECIFIED"),
+            "generation": op.generation,
+            "begun_at_index": op.begun_at_index,
+        })),
+    })
+}
+
+/// The shim pid in a process-driver handle ("pid=42 start=..."), if any.
+fn pid_of_handle(handle: &str) -> Option<u32> {
+    handle
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("pid="))
+        .and_then(|pid| pid.parse().ok())
+}
+
+fn workspace_json(workspace: &v1::Workspace) -> serde_json::Value {
+    json!({
+        "id": workspace.id,
+        "name": workspace.name,
+        "phase": v1::WorkspacePhase::try_from(workspace.phase)
+            .map(|phase| phase.as_str_name().trim_start_matches("WORKSPACE_PHASE_"))
+            .unwrap_or("UNSPECIFIED"),
+        "resource_version": workspace.resource_version,
+        "created_at_ms": workspace.created_at_ms,
+        "sandbox_count": workspace.sandbox_count,
+    })
+}
+
+fn print_json(value: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("a serde_json::Value always serializes")
+    );
+}
+
+/// Prints rows as a left-aligned table with a header.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", text.join("  ").trim_end());
+    };
+    line(header.iter().map(|title| title.to_string()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+fn sandbox_row(sandbox: &v1::Sandbox) -> Vec<String> {
+    let value = sandbox_json(sandbox);
+    let text = |key: &str| match &value[key] {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let handle = value["execution"]["handle"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    vec![
+        text("name"),
+        text("id"),
+        text("phase"),
+        text("generation"),
+        if handle.is_empty() {
+            "-".into()
+        } else {
+            handle
+        },
+        text("resource_version"),
+    ]
+}
+
+const SANDBOX_HEADER: [&str; 6] = ["NAME", "ID", "PHASE", "GENERATION", "HANDLE", "VERSION"];
+
+fn print_sandbox(output: Output, sandbox: &v1::Sandbox) {
+    match output {
+        Output::Json => print_json(&sandbox_json(sandbox)),
+        Output::Table => print_table(&SANDBOX_HEADER, &[sandbox_row(sandbox)]),
+    }
+}
+
+/// Fails when an operation settled in ERROR (e.g. the command was not found).
+fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
+    let status = sandbox.status.clone().unwrap_or_default();
+    if status.phase == v1::SandboxPhase::Error as i32 {
+        let name = sandbox
+            .metadata
+            .as_ref()
+            .map_or("", |meta| meta.name.as_str());
+        anyhow::bail!(
+            "sandbox {name:?} is in phase ERROR: {}",
+            if status.message.is_empty() {
+                "no detail"
+            } else {
+                &status.message
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Runs a client command; returns the process exit code.
+pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    let endpoints = parse_endpoints(&cli.endpoint)?;
+    let mut client = Client::new(endpoints.clone());
+    let workspace = cli.workspace.clone();
+    let output = cli.output;
+    match cli.command {
+        Command::Sandbox(command) => sandbox(&mut client, &workspace, output, command).await,
+        Command::Workspace(command) => workspace_command(&mut client, output, command).await,
+        Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
+        Command::Cluster(command) => cluster_change(&mut client, output, command).await,
+        Command::Up(_) | Command::Gateway(_) | Command::Shim(_) => {
+            unreachable!("server commands are dispatched in main")
+        }
+    }
+}
+
+fn consistency(stale: bool) -> i32 {
+    if stale {
+        v1::Consistency::Stale as i32
+    } else {
+        v1::Consistency::Linearizable as i32
+    }
+}
+
+async fn sandbox(
+    client: &mut Client,
+    workspace: &str,
+    output: Output,
+    command: SandboxCommand,
+) -> anyhow::Result<()> {
+    match command {
+        SandboxCommand::Create {
+            name,
+            labels,
+            env,
+            no_wait,
+            command,
+        } => {
+            let request = v1::CreateSandboxRequest {
+                workspace: workspace.to_string(),
+                name,
+                spec: Some(v1::SandboxSpec {
+                    command,
+                    env: env.into_iter().collect(),
+                    ..Default::default()
+                }),
+                labels: labels.into_iter().collect::<HashMap<_, _>>(),
+                annotations: HashMap::new(),
+                no_wait,
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.create_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            settled_ok(&sandbox)
+        }
+        SandboxCommand::Get { selector, stale } => {
+            let request = v1::GetSandboxRequest {
+                sandbox: Some(selector.to_ref(workspace)),
+                consistency: consistency(stale),
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.get_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            Ok(())
+        }
+        SandboxCommand::List {
+            all_workspaces,
+            phases,
+            selector,
+            page_size,
+            stale,
+        } => {
+            let phases = phases
+                .iter()
+                .map(|phase| parse_phase(phase))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let mut sandboxes = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let request = v1::ListSandboxesRequest {
+                    workspace: workspace.to_string(),
+                    all_workspaces,
+                    page_size,
+                    page_token: page_token.clone(),
+                    phases: phases.clone(),
+                    label_selector: selector.iter().cloned().collect(),
+                    consistency: consistency(stale),
+                };
+                let page = client
+                    .palisade(|mut api| {
+                        let request = request.clone();
+                        async move { api.list_sandboxes(request).await }
+                    })
+                    .await?;
+                sandboxes.extend(page.sandboxes);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = page.next_page_token;
+            }
+            match output {
+                Output::Json => print_json(&serde_json::Value::Array(
+                    sandboxes.iter().map(sandbox_json).collect(),
+                )),
+                Output::Table => {
+                    let rows: Vec<Vec<String>> = sandboxes.iter().map(sandbox_row).collect();
+                    print_table(&SANDBOX_HEADER, &rows);
+                }
+            }
+            Ok(())
+        }
+        SandboxCommand::Stop { selector, no_wait } => {
+            let request = v1::StopSandboxRequest {
+                sandbox: Some(selector.to_ref(workspace)),
+                no_wait,
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.stop_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            Ok(())
+        }
+        SandboxCommand::Start { selector, no_wait } => {
+            let request = v1::StartSandboxRequest {
+                sandbox: Some(selector.to_ref(workspace)),
+                no_wait,
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.start_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            settled_ok(&sandbox)
+        }
+        SandboxCommand::Delete { selector, no_wait } => {
+            let request = v1::DeleteSandboxRequest {
+                sandbox: Some(selector.to_ref(workspace)),
+                no_wait,
+            };
+            let deleted = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.delete_sandbox(request).await }
+                })
+                .await?;
+            match output {
+                Output::Json => print_json(&json!({"id": deleted.id, "deleted": deleted.deleted})),
+                Output::Table => {
+                    if deleted.deleted {
+                        println!("sandbox {} deleted", deleted.id);
+                    } else {
+                        println!("sandbox {} is being deleted", deleted.id);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn workspace_command(
+    client: &mut Client,
+    output: Output,
+    command: WorkspaceCommand,
+) -> anyhow::Result<()> {
+    let print = |workspaces: &[v1::Workspace]| match output {
+        Output::Json if workspaces.len() == 1 => print_json(&workspace_json(&workspaces[0])),
+        Output::Json => print_json(&serde_json::Value::Array(
+            workspaces.iter().map(workspace_json).collect(),
+        )),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = workspaces
+                .iter()
+                .map(|ws| {
+                    let value = workspace_json(ws);
+                    vec![
+                        ws.name.clone(),
+                        ws.id.clone(),
+                        value["phase"].as_str().unwrap_or("").to_string(),
+                        ws.sandbox_count.to_string(),
+                        ws.resource_version.to_string(),
+                    ]
+                })
+                .collect();
+            print_table(&["NAME", "ID", "PHASE", "SANDBOXES", "VERSION"], &rows);
+        }
+    };
+    match command {
+        WorkspaceCommand::Create { name } => {
+            let workspace = client
+                .palisade(|mut api| {
+                    let request = v1::CreateWorkspaceRequest { name: name.clone() };
+                    async move { api.create_workspace(request).await }
+                })
+                .await?;
+            print(&[workspace]);
+        }
+        WorkspaceCommand::Get { name } => {
+            let workspace = client
+                .palisade(|mut api| {
+                    let request = v1::GetWorkspaceRequest {
+                        name: name.clone(),
+                        consistency: 0,
+                    };
+                    async move { api.get_workspace(request).await }
+                })
+                .await?;
+            print(&[workspace]);
+        }
+        WorkspaceCommand::List => {
+            let mut workspaces = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let page = client
+                    .palisade(|mut api| {
+                        let request = v1::ListWorkspacesRequest {
+                            page_size: 0,
+                            page_token: page_token.clone(),
+                            consistency: 0,
+                        };
+                        async move { api.list_workspaces(request).await }
+                    })
+                    .await?;
+                workspaces.extend(page.workspaces);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = page.next_page_token;
+            }
+            if output == Output::Json {
+                print_json(&serde_json::Value::Array(
+                    workspaces.iter().map(workspace_json).collect(),
+                ));
+            } else {
+                print(&workspaces);
+            }
+        }
+        WorkspaceCommand::Delete { name } => {
+            client
+                .palisade(|mut api| {
+                    let request = v1::DeleteWorkspaceRequest { name: name.clone() };
+                    async move { api.delete_workspace(request).await }
+                })
+                .await?;
+            match output {
+                Output::Json => print_json(&json!({"name": name, "deleted": true})),
+                Output::Table => println!("workspace {name} deleted"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `cluster status`: asks every endpoint for its own view, so a replica
+/// that is down or behind shows as such.
+async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<()> {
+    let mut views = Vec::new();
+    for endpoint in endpoints {
+        let mut single = Client::new(vec![endpoint.clone()]);
+        single.failover_deadline = std::time::Duration::ZERO;
+        let view =
+            single
+                .admin(|mut admin| async move {
+                    admin.get_cluster_info(v1::GetClusterInfoRequest {}).await
+                })
+                .await;
+        views.push((endpoint.clone(), view));
+    }
+    let leader_commit = views
+        .iter()
+        .filter_map(|(_, view)| view.as_ref().ok())
+        .filter(|info| info.leader_id == Some(info.node_id))
+        .map(|info| info.commit_index)
+        .max();
+    if views.iter().all(|(_, view)| view.is_err()) {
+        let (_, error) = views.into_iter().next().expect("at least one endpoint");
+        return Err(error.expect_err("all views failed").into());
+    }
+    let json_views: Vec<serde_json::Value> = views
+        .iter()
+        .map(|(endpoint, view)| match view {
+            Ok(info) => json!({
+                "endpoint": endpoint,
+                "node_id": info.node_id,
+                "state": info.server_state,
+                "leader_id": info.leader_id,
+                "leader_address": info.leader_address,
+                "term": info.term,
+                "commit_index": info.commit_index,
+                "applied_index": info.applied_index,
+                "lag": leader_commit.map(|commit| commit.saturating_sub(info.applied_index)),
+                "members": info.members.iter().map(|member| json!({
+                    "node_id": member.node_id,
+                    "address": member.address,
+                    "role": member.role,
+                    "matched_index": member.matched_index,
+                })).collect::<Vec<_>>(),
+            }),
+            Err(error) => json!({"endpoint": endpoint, "error": error.to_string()}),
+        })
+        .collect();
+    match output {
+        Output::Json => print_json(&json!({ "replicas": json_views })),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = json_views
+                .iter()
+                .map(|view| {
+                    let text = |key: &str| match &view[key] {
+                        serde_json::Value::String(text) => text.clone(),
+                        serde_json::Value::Null => "-".into(),
+                        other => other.to_string(),
+                    };
+                    if view.get("error").is_some() {
+                        vec![
+                            text("endpoint"),
+                            "-".into(),
+                            "UNREACHABLE".into(),
+                            "-".into(),
+                            "-".into(),
+                            "-".into(),
+                            "-".into(),
+                            "-".into(),
+                        ]
+                    } else {
+                        vec![
+                            text("endpoint"),
+                            text("node_id"),
+                            text("state"),
+                            text("leader_id"),
+                            text("term"),
+                            text("commit_index"),
+                            text("applied_index"),
+                            text("lag"),
+                        ]
+                    }
+                })
+                .collect();
+            print_table(
+                &[
+                    "ENDPOINT", "NODE", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAG",
+                ],
+                &rows,
+            );
+            if let Some(info) = views.iter().find_map(|(_, view)| view.as_ref().ok()) {
+                let members: Vec<String> = info
+                    .members
+                    .iter()
+                    .map(|member| {
+                        format!("{}={} ({})", member.node_id, member.address, member.role)
+                    })
+                    .collect();
+                println!("members: {}", members.join(", "));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Membership changes: sent to any replica, which forwards to the leader.
+async fn cluster_change(
+    client: &mut Client,
+    output: Output,
+    command: ClusterCommand,
+) -> anyhow::Result<()> {
+    let (info, done) = match command {
+        ClusterCommand::AddLearner { node_id, address } => (
+            client
+                .admin(|mut admin| {
+                    let request = v1::AddLearnerRequest {
+                        node_id,
+                        address: address.clone(),
+                    };
+                    async move { admin.add_learner(request).await }
+                })
+                .await?,
+            format!("node {node_id} added as a learner"),
+        ),
+        ClusterCommand::Promote { node_id } => (
+            client
+                .admin(|mut admin| async move {
+                    admin
+                        .promote_learner(v1::PromoteLearnerRequest { node_id })
+                        .await
+                })
+                .await?,
+            format!("node {node_id} is now a voter"),
+        ),
+        ClusterCommand::Remove { node_id } => (
+            client
+                .admin(|mut admin| async move {
+                    admin
+                        .remove_member(v1::RemoveMemberRequest { node_id })
+                        .await
+                })
+                .await?,
+            format!("node {node_id} removed"),
+        ),
+        ClusterCommand::TransferLeader { node_id } => (
+            client
+                .admin(|mut admin| async move {
+                    admin
+                        .transfer_leader(v1::TransferLeaderRequest { node_id })
+                        .await
+                })
+                .await?,
+            format!("node {node_id} now leads"),
+        ),
+        ClusterCommand::Status => unreachable!("status is handled by cluster_status"),
+    };
+    match output {
+        Output::Json => print_json(&json!({
+            "leader_id": info.leader_id,
+            "term": info.term,
+            "members": info.members.iter().map(|member| json!({
+                "node_id": member.node_id,
+                "address": member.address,
+                "role": member.role,
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => {
+            println!("{done}");
+            let members: Vec<String> = info
+                .members
+                .iter()
+                .map(|member| format!("{}={} ({})", member.node_id, member.address, member.role))
+                .collect();
+            println!("members: {}", members.join(", "));
+        }
+    }
+    Ok(())
+}
+
+/// Exit code for an error: 1 for failed requests.
+pub fn report_error(error: &anyhow::Error) -> i32 {
+    match error.downcast_ref::<ClientError>() {
+        Some(client_error) => {
+            eprintln!("error: {client_error}");
+            1
+        }
+        None => {
+            eprintln!("error: {error:#}");
+            1
+        }
+    }
+}
+
+/// Where `palisade up` keeps its data by default.
+pub fn default_data_dir() -> PathBuf {
+    PathBuf::from(".palisade")
+}

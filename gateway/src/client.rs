@@ -1,0 +1,212 @@
+//! The Rust client the CLI uses: several endpoints, failover between them.
+//!
+//! A call goes to the first endpoint that answers. It moves on to the next
+//! endpoint only when the request certainly did not take effect: the
+//! connection could not be made, or the replica answered NO_LEADER or
+//! SHUTTING_DOWN before proposing anything. Any other answer, including
+//! "outcome unknown", is returned to the caller as is.
+
+use std::time::Duration;
+
+use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
+use palisade_proto::v1::palisade_client::PalisadeClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::errors::{NO_LEADER, SHUTTING_DOWN, reason_of};
+
+/// How long to try to connect to one endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the client keeps failing over before it gives up.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(15);
+/// Pause between rounds over all endpoints.
+const FAILOVER_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Normalizes `host:port` or `http://host:port` to a URI.
+pub fn endpoint_uri(endpoint: &str) -> String {
+    let endpoint = endpoint.trim();
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+/// Splits a comma-separated endpoint list.
+pub fn parse_endpoints(list: &str) -> anyhow::Result<Vec<String>> {
+    let endpoints: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|endpoint| !endpoint.is_empty())
+        .map(endpoint_uri)
+        .collect();
+    if endpoints.is_empty() {
+        anyhow::bail!("no endpoint given: pass --endpoint HOST:PORT[,HOST:PORT...]");
+    }
+    for endpoint in &endpoints {
+        Endpoint::from_shared(endpoint.clone())
+            .map_err(|error| anyhow::anyhow!("invalid endpoint {endpoint:?}: {error}"))?;
+    }
+    Ok(endpoints)
+}
+
+/// A client over several replicas.
+#[derive(Clone)]
+pub struct Client {
+    endpoints: Vec<String>,
+    /// The endpoint that answered last; tried first next time.
+    preferred: usize,
+    channels: Vec<Option<Channel>>,
+    /// Per-call deadline sent to the server (`grpc-timeout`).
+    pub call_timeout: Duration,
+    /// How long to keep failing over before giving up (zero: one round).
+    pub failover_deadline: Duration,
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error status.
+    #[error("{}", describe_status(.0))]
+    Status(tonic::Status),
+    /// No endpoint could be reached.
+    #[error(
+        "no Palisade replica reachable at {endpoints}: {last_error}; is it running (palisade up)?"
+    )]
+    Unreachable {
+        /// The endpoints tried.
+        endpoints: String,
+        /// The last connection error.
+        last_error: String,
+    },
+}
+
+impl ClientError {
+    /// The ErrorInfo reason, when the server gave one.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            ClientError::Status(status) => reason_of(status),
+            ClientError::Unreachable { .. } => None,
+        }
+    }
+
+    /// The gRPC code, when the server answered.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            ClientError::Status(status) => Some(status.code()),
+            ClientError::Unreachable { .. } => None,
+        }
+    }
+}
+
+fn describe_status(status: &tonic::Status) -> String {
+    match reason_of(status) {
+        Some(reason) => format!("{} ({reason})", status.message()),
+        None => format!("{} ({:?})", status.message(), status.code()),
+    }
+}
+
+impl Client {
+    /// A client for these endpoints (URIs, see [`parse_endpoints`]).
+    pub fn new(endpoints: Vec<String>) -> Self {
+        let channels = vec![None; endpoints.len()];
+        Self {
+            endpoints,
+            preferred: 0,
+            channels,
+            call_timeout: Duration::from_secs(150),
+            failover_deadline: FAILOVER_DEADLINE,
+        }
+    }
+
+    async fn channel(&mut self, at: usize) -> Result<Channel, tonic::transport::Error> {
+        if let Some(channel) = &self.channels[at] {
+            return Ok(channel.clone());
+        }
+        let channel = Endpoint::from_shared(self.endpoints[at].clone())
+            .expect("endpoints are validated by parse_endpoints")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(self.call_timeout)
+            .connect()
+            .await?;
+        self.channels[at] = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// Calls `call` on the `palisade.v1.Palisade` service with failover.
+    pub async fn palisade<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(PalisadeClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.with_failover(|channel| call(PalisadeClient::new(channel)))
+            .await
+    }
+
+    /// Calls `call` on the `palisade.v1.ClusterAdmin` service with failover.
+    pub async fn admin<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(ClusterAdminClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.with_failover(|channel| call(ClusterAdminClient::new(channel)))
+            .await
+    }
+
+    async fn with_failover<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.failover_deadline;
+        let mut last_error = String::from("no endpoint tried");
+        loop {
+            for offset in 0..self.endpoints.len() {
+                let at = (self.preferred + offset) % self.endpoints.len();
+                let channel = match self.channel(at).await {
+                    Ok(channel) => channel,
+                    Err(error) => {
+                        last_error = format!("{}: {error}", self.endpoints[at]);
+                        continue;
+                    }
+                };
+                match call(channel).await {
+                    Ok(response) => {
+                        self.preferred = at;
+                        return Ok(response.into_inner());
+                    }
+                    Err(status) if is_not_sent(&status) => {
+                        // The connection broke before the request reached a
+                        // replica: forget the channel and try the next one.
+                        self.channels[at] = None;
+                        last_error = format!("{}: {}", self.endpoints[at], status.message());
+                    }
+                    Err(status) => {
+                        let reason = reason_of(&status);
+                        if matches!(reason.as_deref(), Some(NO_LEADER) | Some(SHUTTING_DOWN)) {
+                            last_error = describe_status(&status);
+                            continue;
+                        }
+                        self.preferred = at;
+                        return Err(ClientError::Status(status));
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Unreachable {
+                    endpoints: self.endpoints.join(","),
+                    last_error,
+                });
+            }
+            tokio::time::sleep(FAILOVER_BACKOFF).await;
+        }
+    }
+}
+
+/// True for a transport failure that happened before the server saw the
+/// request (connection refused or reset while connecting), as opposed to a
+/// status the server sent.
+fn is_not_sent(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable
+        && reason_of(status).is_none()
+        && status.message().contains("connect")
+}

@@ -1,0 +1,113 @@
+//! Conversions between the lifecycle core's types and the `palisade.v1`
+//! messages. The API never exposes the core's types directly, so either can
+//! evolve behind this file.
+
+use palisade_lifecycle as core;
+use palisade_proto::v1;
+
+/// Core phase -> API phase.
+pub fn phase_to_proto(phase: core::SandboxPhase) -> v1::SandboxPhase {
+    use core::SandboxPhase as P;
+    match phase {
+        P::Provisioning => v1::SandboxPhase::Provisioning,
+        P::Ready => v1::SandboxPhase::Ready,
+        P::Stopping => v1::SandboxPhase::Stopping,
+        P::Stopped => v1::SandboxPhase::Stopped,
+        P::Starting => v1::SandboxPhase::Starting,
+        P::Deleting => v1::SandboxPhase::Deleting,
+        P::Error => v1::SandboxPhase::Error,
+        P::Completed => v1::SandboxPhase::Completed,
+        P::Unknown => v1::SandboxPhase::Unknown,
+    }
+}
+
+/// API phase -> core phase (None for UNSPECIFIED).
+pub fn phase_from_proto(phase: v1::SandboxPhase) -> Option<core::SandboxPhase> {
+    use core::SandboxPhase as P;
+    Some(match phase {
+        v1::SandboxPhase::Unspecified => return None,
+        v1::SandboxPhase::Provisioning => P::Provisioning,
+        v1::SandboxPhase::Ready => P::Ready,
+        v1::SandboxPhase::Stopping => P::Stopping,
+        v1::SandboxPhase::Stopped => P::Stopped,
+        v1::SandboxPhase::Starting => P::Starting,
+        v1::SandboxPhase::Deleting => P::Deleting,
+        v1::SandboxPhase::Error => P::Error,
+        v1::SandboxPhase::Completed => P::Completed,
+        v1::SandboxPhase::Unknown => P::Unknown,
+    })
+}
+
+fn operation_kind_to_proto(kind: core::OperationKind) -> v1::OperationKind {
+    match kind {
+        core::OperationKind::Create => v1::OperationKind::Create,
+        core::OperationKind::Stop => v1::OperationKind::Stop,
+        core::OperationKind::Start => v1::OperationKind::Start,
+        core::OperationKind::Delete => v1::OperationKind::Delete,
+    }
+}
+
+/// Core sandbox -> API sandbox.
+pub fn sandbox_to_proto(sandbox: &core::Sandbox) -> v1::Sandbox {
+    let execution = &sandbox.execution;
+    v1::Sandbox {
+        metadata: Some(v1::ObjectMeta {
+            id: sandbox.id.clone(),
+            name: sandbox.name.clone(),
+            workspace: sandbox.workspace.clone(),
+            labels: sandbox.labels.clone().into_iter().collect(),
+            annotations: sandbox.annotations.clone().into_iter().collect(),
+            resource_version: sandbox.resource_version,
+            created_at_ms: sandbox.created_at_ms,
+        }),
+        spec: Some(v1::SandboxSpec {
+            command: sandbox.spec.command.clone(),
+            env: sandbox.spec.env.clone().into_iter().collect(),
+            image: sandbox.spec.image.clone(),
+            driver_config: sandbox.spec.driver_config.clone().into_iter().collect(),
+        }),
+        status: Some(v1::SandboxStatus {
+            phase: phase_to_proto(sandbox.phase) as i32,
+            execution: Some(v1::Execution {
+                generation: execution.generation,
+                handle: execution.handle.clone().unwrap_or_default(),
+                driver: execution.driver.clone().unwrap_or_default(),
+                exit_code: execution.exit_code,
+            }),
+            conditions: Vec::new(),
+            exit_code: execution.exit_code,
+            operation: sandbox.operation.as_ref().map(|op| v1::Operation {
+                kind: operation_kind_to_proto(op.kind) as i32,
+                generation: op.generation,
+                begun_at_index: op.begun_at_index,
+            }),
+            message: sandbox.message.clone().unwrap_or_default(),
+        }),
+    }
+}
+
+/// API spec -> core spec.
+pub fn spec_from_proto(spec: Option<v1::SandboxSpec>) -> core::SandboxSpec {
+    let spec = spec.unwrap_or_default();
+    core::SandboxSpec {
+        command: spec.command,
+        env: spec.env.into_iter().collect(),
+        image: spec.image,
+        driver_config: spec.driver_config.into_iter().collect(),
+    }
+}
+
+/// Core workspace -> API workspace.
+pub fn workspace_to_proto(workspace: &core::Workspace, sandbox_count: usize) -> v1::Workspace {
+    v1::Workspace {
+        id: workspace.id.clone(),
+        name: workspace.name.clone(),
+        phase: match workspace.phase {
+            core::WorkspacePhase::Active => v1::WorkspacePhase::Active,
+            core::WorkspacePhase::Terminating => v1::WorkspacePhase::Terminating,
+        } as i32,
+        resource_version: workspace.resource_version,
+        created_at_ms: workspace.created_at_ms,
+        sandbox_count: sandbox_count as u64,
+    }
+}

@@ -1,0 +1,191 @@
+//! Compute drivers: the only code that creates, signals and deletes sandbox compute.
+//!
+//! The effect executor (leader only) turns committed lifecycle operations into driver
+//! calls. Leadership moves, calls time out and gateways crash, so every call here is
+//! built to be repeated safely:
+//!
+//! - Calls are keyed by (sandbox id, generation), never by a sandbox name, so a stale
+//!   "stop generation 3" cannot reach generation 4 (DESIGN.md section 4, fencing).
+//! - Every call is idempotent: a second `launch` of a generation returns the execution
+//!   the first one started; `stop` and `remove` of something already gone succeed.
+//! - Errors say whether the call certainly had no effect ([`DriverError::Rejected`],
+//!   which the executor may record as a failure) or whether the outcome is unknown
+//!   ([`DriverError::Uncertain`], which it resolves by observing the driver with
+//!   `inspect`/`list`, never by assuming failure).
+//! - `list` returns everything the driver manages, so executions that the replicated
+//!   state does not know (orphans of a deposed leader) can be found and removed.
+//!
+//! # Layout
+//!
+//! - this module: the [`ComputeDriver`] trait and the types it speaks.
+//! - [`process`]: the embedded default driver, one shim process per execution
+//!   (containerd-shim pattern), Linux only.
+//!
+//! The trait returns boxed futures ([`futures::future::BoxFuture`]) rather than using
+//! `async fn`, so it stays object safe (`Arc<dyn ComputeDriver>`) without the
+//! `async-trait` macro; implementations write `Box::pin(self.inherent_async_fn(..))`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+#[cfg(target_os = "linux")]
+pub mod process;
+
+/// What to run for one execution of a sandbox.
+///
+/// Written into the replicated log by the leader, so every replica (and every retry
+/// of a launch) asks the driver for exactly the same thing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// The sandbox's immutable id (a UUID chosen by the leader).
+    pub sandbox_id: String,
+    /// The execution's generation; grows on every launch of the sandbox.
+    pub generation: u64,
+    /// Program and arguments. Empty means the driver's default long-running idle
+    /// command (a sandbox that waits to be used, e.g. over SSH).
+    pub command: Vec<String>,
+    /// The complete environment of the command.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Durable, driver-specific identity of one execution.
+///
+/// Stored with the execution in the replicated state and shown to operators; it lets
+/// a driver tell the execution apart from anything that later reuses its pid, name or
+/// slot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExecutionHandle {
+    /// The generation this handle belongs to.
+    pub generation: u64,
+    /// Who runs the execution, in the driver's terms.
+    pub identity: ExecutionIdentity,
+}
+
+/// The driver-specific part of an [`ExecutionHandle`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "driver", rename_all = "snake_case")]
+pub enum ExecutionIdentity {
+    /// The process driver's shim: a pid alone can be recycled, so the handle also
+    /// carries the shim's start time (clock ticks after boot, field 22 of
+    /// `/proc/<pid>/stat`) and the kernel boot id (start times restart at every boot).
+    Process {
+        /// Process id of the shim.
+        pid: u32,
+        /// Start time of the shim in clock ticks after boot.
+        start_time: u64,
+        /// `/proc/sys/kernel/random/boot_id` of the boot the shim ran in.
+        boot_id: String,
+    },
+    /// Drivers whose authority names executions with one string (a container id, a
+    /// pod uid, a test driver's counter).
+    Opaque {
+        /// The driver's id for the execution.
+        id: String,
+    },
+}
+
+impl fmt::Display for ExecutionHandle {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.identity {
+            ExecutionIdentity::Process {
+                pid, start_time, ..
+            } => write!(formatter, "pid={pid} start={start_time}"),
+            ExecutionIdentity::Opaque { id } => write!(formatter, "id={id}"),
+        }
+    }
+}
+
+/// What a driver observes about one execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecutionStatus {
+    /// The execution is running.
+    Running {
+        /// Its handle.
+        handle: ExecutionHandle,
+    },
+    /// The execution ended and its exit status was recorded. A signal death reads as
+    /// 128 + signal number (shell convention); a command that could not be started
+    /// reads as 127 (not found) or 126 (not executable).
+    Exited {
+        /// Exit code.
+        code: i32,
+    },
+    /// No such execution runs: it was never launched, it was removed, or it vanished
+    /// without recording an exit status (its supervisor was killed, the host rebooted).
+    Absent,
+}
+
+/// Why a driver call failed, split by what the caller may conclude.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    /// The driver refused before doing anything (invalid spec, command not found,
+    /// shim program missing): the call certainly had no effect, and repeating it will
+    /// fail the same way.
+    #[error("rejected by the compute driver: {message}")]
+    Rejected {
+        /// What was wrong, for the operator.
+        message: String,
+    },
+    /// The call may or may not have taken effect (a timeout, an IO error after the
+    /// driver started acting). Resolve it by observing the execution with `inspect` or
+    /// `list`, or by repeating the call (all calls are idempotent).
+    #[error("compute driver outcome unknown: {message}; inspect the execution or retry")]
+    Uncertain {
+        /// What happened, for the operator.
+        message: String,
+    },
+}
+
+impl DriverError {
+    /// True when the call certainly had no effect, so the executor may record the
+    /// operation as failed; false when the outcome must be resolved by observation.
+    pub fn is_definite_no_effect(&self) -> bool {
+        matches!(self, DriverError::Rejected { .. })
+    }
+}
+
+/// The future a [`ComputeDriver`] call returns.
+pub type DriverFuture<'a, T> = BoxFuture<'a, Result<T, DriverError>>;
+
+/// Creates, inspects, stops, lists and deletes executions, idempotently, keyed by
+/// (sandbox id, generation).
+pub trait ComputeDriver: Send + Sync + 'static {
+    /// Short name for logs and configuration ("process", "docker", ...).
+    fn name(&self) -> &'static str;
+
+    /// Starts the execution `spec` describes and returns its handle once it has
+    /// started. Idempotent per (sandbox id, generation): a repeated call (from any
+    /// gateway) returns the execution the first call started and never starts a second
+    /// one; a generation that already ended is returned as it is, not relaunched.
+    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> DriverFuture<'a, ExecutionHandle>;
+
+    /// Observes one execution.
+    fn inspect<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        generation: u64,
+    ) -> DriverFuture<'a, ExecutionStatus>;
+
+    /// Stops one execution: SIGTERM (or the driver's equivalent), then a forced kill
+    /// after `grace`. Returns only once the execution's processes are gone. Stopping an
+    /// execution that already ended or never existed succeeds.
+    fn stop<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        generation: u64,
+        grace: Duration,
+    ) -> DriverFuture<'a, ()>;
+
+    /// Stops every execution of the sandbox and deletes everything the driver keeps
+    /// for it. Returns only once the absence of every execution is confirmed.
+    /// Removing an unknown sandbox succeeds.
+    fn remove<'a>(&'a self, sandbox_id: &'a str) -> DriverFuture<'a, ()>;
+
+    /// Everything the driver manages, as (sandbox id, generation, status), sorted by
+    /// sandbox id then generation, so orphans can be found.
+    fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>>;
+}

@@ -1,0 +1,109 @@
+//! How failures become gRPC statuses: a code plus a `google.rpc.ErrorInfo`
+//! with a stable reason (domain `palisade.dev`), so clients match on the
+//! reason, never on the message.
+
+use std::collections::HashMap;
+
+use palisade_lifecycle::validate::InvalidInput;
+use palisade_lifecycle::{Reason, Rejection};
+use palisade_proto::ERROR_DOMAIN;
+use tonic::Code;
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// Reason: the operation was accepted but its outcome is not known yet.
+pub const OUTCOME_PENDING: &str = "OUTCOME_PENDING";
+/// Reason: the replica that held the request lost leadership meanwhile.
+pub const LEADERSHIP_CHANGED: &str = "LEADERSHIP_CHANGED";
+/// Reason: no leader is known (election in progress or no quorum).
+pub const NO_LEADER: &str = "NO_LEADER";
+/// Reason: this replica is shutting down.
+pub const SHUTTING_DOWN: &str = "SHUTTING_DOWN";
+/// Reason: an internal failure (storage, Raft core); retry elsewhere.
+pub const INTERNAL: &str = "INTERNAL";
+
+/// Builds a status with an ErrorInfo carrying `reason` and optional metadata.
+pub fn status(
+    code: Code,
+    reason: &str,
+    message: impl Into<String>,
+    metadata: impl IntoIterator<Item = (&'static str, String)>,
+) -> tonic::Status {
+    let metadata: HashMap<String, String> = metadata
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect();
+    tonic::Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
+    )
+}
+
+/// INVALID_ARGUMENT for a malformed field, with a field-specific reason
+/// (`INVALID_NAME`, `INVALID_SPEC_COMMAND`, ...) and the field in metadata.
+pub fn invalid_input(invalid: InvalidInput) -> tonic::Status {
+    let reason = Reason::InvalidArgument {
+        field: invalid.field.to_string(),
+    }
+    .as_str();
+    status(
+        Code::InvalidArgument,
+        &reason,
+        invalid.to_string(),
+        [("field", invalid.field.to_string())],
+    )
+}
+
+/// The status for a rejection decided at apply.
+pub fn rejection(rejection: Rejection) -> tonic::Status {
+    let code = match &rejection.reason {
+        Reason::InvalidArgument { .. } => Code::InvalidArgument,
+        Reason::NameTaken => Code::AlreadyExists,
+        Reason::WorkspaceNotFound | Reason::SandboxNotFound => Code::NotFound,
+        Reason::InvalidPhase
+        | Reason::WorkspaceNotEmpty
+        | Reason::WorkspaceTerminating
+        | Reason::DefaultWorkspaceProtected => Code::FailedPrecondition,
+        Reason::ResourceExhausted => Code::ResourceExhausted,
+    };
+    let metadata = match &rejection.reason {
+        Reason::InvalidArgument { field } => vec![("field", field.clone())],
+        _ => vec![],
+    };
+    status(
+        code,
+        &rejection.reason.as_str(),
+        rejection.message,
+        metadata,
+    )
+}
+
+/// NOT_FOUND for a sandbox.
+pub fn sandbox_not_found(what: impl std::fmt::Display) -> tonic::Status {
+    status(
+        Code::NotFound,
+        "SANDBOX_NOT_FOUND",
+        format!("no sandbox {what}"),
+        [],
+    )
+}
+
+/// NOT_FOUND for a workspace.
+pub fn workspace_not_found(name: &str) -> tonic::Status {
+    status(
+        Code::NotFound,
+        "WORKSPACE_NOT_FOUND",
+        format!("workspace {name:?} does not exist"),
+        [],
+    )
+}
+
+/// UNAVAILABLE: retryable, with the reason saying why.
+pub fn unavailable(reason: &str, message: impl Into<String>) -> tonic::Status {
+    status(Code::Unavailable, reason, message, [])
+}
+
+/// The ErrorInfo reason of a status, if it carries one.
+pub fn reason_of(status: &tonic::Status) -> Option<String> {
+    status.get_details_error_info().map(|info| info.reason)
+}

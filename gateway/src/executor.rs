@@ -1,0 +1,370 @@
+//! The effect executor: runs on the leader only, turns committed lifecycle
+//! operations into driver calls, and proposes their completion.
+//!
+//! # Fencing
+//!
+//! - It is started and stopped by openraft's leader-change callbacks, and a
+//!   new leader resumes every operation it finds pending in the state it
+//!   inherited (the state, not memory, is the to-do list).
+//! - Before each driver call it checks that this node still leads in the
+//!   term it started in; every completion is proposed with
+//!   `write(..).with_leader(term)`, so a completion from an old term is
+//!   rejected before it is appended.
+//! - Driver calls are idempotent and keyed by (sandbox id, generation), so a
+//!   repeated or late call cannot touch another execution.
+//! - At most one effect runs per sandbox at a time: a delete that supersedes
+//!   a launch waits for the launch to finish before removing executions.
+//! - A driver error that may have had an effect leaves the operation
+//!   pending; it is retried (idempotently) after a backoff, never recorded
+//!   as a failure.
+
+use openraft::async_runtime::WatchReceiver as _;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::ClientWriteError;
+use openraft::impls::ProgressResponder;
+use palisade_lifecycle::{Command, LaunchResult, OperationKind, SandboxPhase};
+use palisade_raft::{NodeId, Raft, StateHandle};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::driver::{ComputeDriver, ExecutionStatus, LaunchSpec};
+
+/// Tuning of the executor.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Grace period between SIGTERM and SIGKILL when stopping.
+    pub stop_grace: Duration,
+    /// How often running executions are inspected for exits.
+    pub observe_interval: Duration,
+    /// Pause before retrying an effect whose outcome was uncertain.
+    pub retry_backoff: Duration,
+    /// Most driver calls in flight at once.
+    pub effects_in_flight_max: usize,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            stop_grace: Duration::from_secs(10),
+            observe_interval: Duration::from_millis(500),
+            retry_backoff: Duration::from_millis(500),
+            effects_in_flight_max: 64,
+        }
+    }
+}
+
+/// Starts and stops the leader-only executor task.
+pub struct Executor {
+    node_id: NodeId,
+    raft: Raft,
+    state: StateHandle,
+    driver: Arc<dyn ComputeDriver>,
+    config: ExecutorConfig,
+    /// The running executor's stop signal; `Mutex` because the leader-change
+    /// callbacks are plain `Fn` closures.
+    running: Mutex<Option<watch::Sender<bool>>>,
+}
+
+impl Executor {
+    /// An executor for this replica; call [`Executor::lead`] when it becomes
+    /// leader and [`Executor::step_down`] when it stops.
+    pub fn new(
+        node_id: NodeId,
+        raft: Raft,
+        state: StateHandle,
+        driver: Arc<dyn ComputeDriver>,
+        config: ExecutorConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            node_id,
+            raft,
+            state,
+            driver,
+            config,
+            running: Mutex::new(None),
+        })
+    }
+
+    /// Starts executing for leadership in `term`.
+    pub fn lead(self: &Arc<Self>, term: u64) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let previous = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .replace(stop_tx);
+        if let Some(previous) = previous {
+            previous.send_replace(true);
+        }
+        info!(node = self.node_id, term, "leading: effect executor starts");
+        let this = self.clone();
+        tokio::spawn(
+            async move { this.run(term, stop_rx).await }.instrument(info_span!(
+                "executor",
+                node = self.node_id,
+                term
+            )),
+        );
+    }
+
+    /// Stops executing (leadership lost or shutting down).
+    pub fn step_down(&self) {
+        if let Some(stop) = self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+        {
+            info!(
+                node = self.node_id,
+                "no longer leading: effect executor stops"
+            );
+            stop.send_replace(true);
+        }
+    }
+
+    fn still_leads(&self, term: u64) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        metrics.current_leader == Some(self.node_id) && metrics.current_term == term
+    }
+
+    async fn run(self: Arc<Self>, term: u64, mut stop: watch::Receiver<bool>) {
+        // Sandboxes with an effect running; one effect per sandbox at a time.
+        let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let permits = Arc::new(Semaphore::new(self.config.effects_in_flight_max));
+        let mut applied = self.state.subscribe();
+        let mut tasks = JoinSet::new();
+        // After an uncertain driver error, not again before this instant.
+        let mut backoff_until: HashMap<String, tokio::time::Instant> = HashMap::new();
+        let mut observe = tokio::time::interval(self.config.observe_interval);
+        observe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut observe_due = false;
+        loop {
+            if *stop.borrow() || !self.still_leads(term) {
+                break;
+            }
+            let now = tokio::time::Instant::now();
+            backoff_until.retain(|_, until| *until > now);
+            let work: Vec<Work> = self.state.read(|applied| {
+                applied
+                    .state
+                    .sandboxes
+                    .values()
+                    .filter_map(|sandbox| Work::for_sandbox(sandbox, observe_due))
+                    .collect()
+            });
+            observe_due = false;
+            for work in work {
+                if backoff_until.contains_key(&work.sandbox_id) {
+                    continue;
+                }
+                if !in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(work.sandbox_id.clone())
+                {
+                    continue;
+                }
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    break;
+                };
+                let this = self.clone();
+                let in_flight = in_flight.clone();
+                let span = info_span!("effect", sandbox_id = %work.sandbox_id, generation = work.generation, kind = ?work.kind);
+                tasks.spawn(
+                    async move {
+                        let sandbox_id = work.sandbox_id.clone();
+                        let retry = this.perform(term, work).await;
+                        in_flight
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&sandbox_id);
+                        drop(permit);
+                        (sandbox_id, retry)
+                    }
+                    .instrument(span),
+                );
+            }
+            tokio::select! {
+                _ = stop.changed() => {}
+                changed = applied.changed() => { if changed.is_err() { break; } }
+                _ = observe.tick() => observe_due = true,
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Ok((sandbox_id, Retry::After)) = joined {
+                        backoff_until.insert(sandbox_id, tokio::time::Instant::now() + self.config.retry_backoff);
+                    }
+                }
+            }
+        }
+        // Effects already running finish on their own; their completions are
+        // fenced by the term, so a late one is never appended.
+        tasks.detach_all();
+        debug!("executor loop ended");
+    }
+
+    /// Performs one effect and proposes its completion.
+    async fn perform(&self, term: u64, work: Work) -> Retry {
+        if !self.still_leads(term) {
+            return Retry::No;
+        }
+        let driver = &self.driver;
+        let (sandbox_id, generation) = (work.sandbox_id.clone(), work.generation);
+        match work.kind {
+            Some(OperationKind::Create | OperationKind::Start) => {
+                let spec = LaunchSpec {
+                    sandbox_id: sandbox_id.clone(),
+                    generation,
+                    command: work.command,
+                    env: work.env,
+                };
+                let result = match driver.launch(&spec).await {
+                    Ok(handle) => LaunchResult::Running {
+                        handle: handle.to_string(),
+                        driver: driver.name().to_string(),
+                    },
+                    Err(error) if error.is_definite_no_effect() => LaunchResult::Failed {
+                        message: error.to_string(),
+                    },
+                    Err(error) => {
+                        warn!(%error, "launch outcome uncertain; will retry");
+                        return Retry::After;
+                    }
+                };
+                self.complete(
+                    term,
+                    Command::CompleteLaunch {
+                        sandbox_id,
+                        generation,
+                        result,
+                    },
+                )
+                .await
+            }
+            Some(OperationKind::Stop) => {
+                if let Err(error) = driver
+                    .stop(&sandbox_id, generation, self.config.stop_grace)
+                    .await
+                {
+                    warn!(%error, "stop not confirmed; will retry");
+                    return Retry::After;
+                }
+                let exit_code = match driver.inspect(&sandbox_id, generation).await {
+                    Ok(ExecutionStatus::Exited { code }) => Some(code),
+                    _ => None,
+                };
+                self.complete(
+                    term,
+                    Command::CompleteStop {
+                        sandbox_id,
+                        generation,
+                        exit_code,
+                    },
+                )
+                .await
+            }
+            Some(OperationKind::Delete) => {
+                if let Err(error) = driver.remove(&sandbox_id).await {
+                    warn!(%error, "removal not confirmed; will retry");
+                    return Retry::After;
+                }
+                self.complete(term, Command::CompleteDelete { sandbox_id })
+                    .await
+            }
+            None => match driver.inspect(&sandbox_id, generation).await {
+                Ok(ExecutionStatus::Exited { code }) => {
+                    self.complete(
+                        term,
+                        Command::ObserveExit {
+                            sandbox_id,
+                            generation,
+                            exit_code: code,
+                        },
+                    )
+                    .await
+                }
+                Ok(ExecutionStatus::Running { .. }) => Retry::No,
+                Ok(ExecutionStatus::Absent) => {
+                    warn!("a READY execution is absent from the driver");
+                    Retry::After
+                }
+                Err(error) => {
+                    warn!(%error, "inspection failed");
+                    Retry::After
+                }
+            },
+        }
+    }
+
+    /// Proposes a completion, fenced by `term`.
+    async fn complete(&self, term: u64, command: Command) -> Retry {
+        if !self.still_leads(term) {
+            return Retry::No;
+        }
+        let name = command.name();
+        let (responder, response) = ProgressResponder::complete_only();
+        if let Err(fatal) = self
+            .raft
+            .write(command)
+            .with_leader(term)
+            .responder(responder)
+            .await
+        {
+            warn!(%fatal, "raft stopped; completion not proposed");
+            return Retry::No;
+        }
+        match response.await {
+            Ok(Ok(_)) => {
+                debug!(command = name, "completion applied");
+                Retry::No
+            }
+            // Leadership moved before append: the next leader redoes the effect
+            // (idempotently) and proposes the completion in its own term.
+            Ok(Err(ClientWriteError::ForwardToLeader(_))) => Retry::No,
+            Ok(Err(error)) => {
+                warn!(%error, command = name, "completion outcome unknown; will retry");
+                Retry::After
+            }
+            Err(_) => Retry::After,
+        }
+    }
+}
+
+/// Whether an effect must be tried again later.
+enum Retry {
+    /// Done, or no longer ours to do.
+    No,
+    /// Outcome uncertain: try again after the backoff.
+    After,
+}
+
+/// One unit of work for one sandbox: its pending operation, or (with
+/// `kind == None`) an inspection of its running execution.
+struct Work {
+    sandbox_id: String,
+    generation: u64,
+    kind: Option<OperationKind>,
+    command: Vec<String>,
+    env: std::collections::BTreeMap<String, String>,
+}
+
+impl Work {
+    fn for_sandbox(sandbox: &palisade_lifecycle::Sandbox, observe_due: bool) -> Option<Work> {
+        let kind = match &sandbox.operation {
+            Some(op) => Some(op.kind),
+            None if observe_due && sandbox.phase == SandboxPhase::Ready => None,
+            None => return None,
+        };
+        Some(Work {
+            sandbox_id: sandbox.id.clone(),
+            generation: sandbox.execution.generation,
+            kind,
+            command: sandbox.spec.command.clone(),
+            env: sandbox.spec.env.clone(),
+        })
+    }
+}

@@ -1,0 +1,336 @@
+//! Running one gateway replica: storage, Raft, the effect executor, the gRPC
+//! server (public API, cluster admin, peer transport, health), and a
+//! designed shutdown.
+//!
+//! Shutdown is notify-then-drain (as in mini-redis): the caller passes a
+//! future that resolves when the replica must stop; the replica then hands
+//! leadership off if it leads, stops taking requests, lets in-flight ones
+//! finish for a bounded time, stops the executor and shuts Raft down.
+
+use openraft::async_runtime::WatchReceiver as _;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use palisade_proto::v1::cluster_admin_server::ClusterAdminServer;
+use palisade_proto::v1::palisade_server::PalisadeServer;
+use palisade_raft::network::PeerClients;
+use palisade_raft::peer_service::PeerService;
+use palisade_raft::{LifecycleStateMachine, Node, NodeId, Raft, TypeConfig};
+use palisade_storage::LogStore;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+use crate::admin::AdminService;
+use crate::driver::ComputeDriver;
+use crate::executor::{Executor, ExecutorConfig};
+use crate::replica::{Replica, ReplicaTimeouts};
+use crate::service::PalisadeService;
+
+/// Raft timing, in milliseconds.
+#[derive(Debug, Clone)]
+pub struct RaftTiming {
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Lower bound of the randomized election timeout.
+    pub election_timeout_min_ms: u64,
+    /// Upper bound of the randomized election timeout.
+    pub election_timeout_max_ms: u64,
+}
+
+impl Default for RaftTiming {
+    /// Tuned for loopback and LAN: a dead leader is noticed and replaced in
+    /// well under two seconds.
+    fn default() -> Self {
+        Self {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+        }
+    }
+}
+
+/// Everything a replica needs to run.
+pub struct NodeConfig {
+    /// This replica's node id (unique in the cluster, never reused).
+    pub node_id: NodeId,
+    /// Where the gRPC server listens.
+    pub listen: SocketAddr,
+    /// Address other replicas and clients reach this one at.
+    pub advertise: String,
+    /// Raft log, vote and snapshots live here.
+    pub data_dir: PathBuf,
+    /// The founding members (`id -> address`). Empty for a replica that
+    /// joins an existing cluster as a learner.
+    pub initial_cluster: BTreeMap<NodeId, String>,
+    /// Raft timing.
+    pub timing: RaftTiming,
+    /// Executor tuning.
+    pub executor: ExecutorConfig,
+    /// Request-path timeouts.
+    pub timeouts: ReplicaTimeouts,
+    /// How long shutdown waits for in-flight requests.
+    pub drain_timeout: Duration,
+}
+
+/// Builds the openraft config from the timing.
+pub fn raft_config(timing: &RaftTiming) -> anyhow::Result<openraft::Config> {
+    let config = openraft::Config {
+        cluster_name: "palisade".to_string(),
+        heartbeat_interval: timing.heartbeat_ms,
+        election_timeout_min: timing.election_timeout_min_ms,
+        election_timeout_max: timing.election_timeout_max_ms,
+        enable_pre_vote: Some(true),
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5_000),
+        // A follower installing a large snapshot still needs the logs after it.
+        max_in_snapshot_log_to_keep: 2_000,
+        ..Default::default()
+    };
+    config
+        .validate()
+        .context("invalid Raft timing: election timeouts must exceed the heartbeat interval")
+}
+
+/// A node id marker, so a data directory is never reused under another id.
+fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> anyhow::Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let marker = data_dir.join("node-id");
+    match std::fs::read_to_string(&marker) {
+        Ok(existing) => {
+            let existing = existing.trim();
+            if existing != node_id.to_string() {
+                bail!(
+                    "data directory {} belongs to node {existing}, not node {node_id}; use that node id or another directory",
+                    data_dir.display()
+                );
+            }
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let temporary = data_dir.join("node-id.tmp");
+            std::fs::write(&temporary, node_id.to_string())?;
+            std::fs::File::open(&temporary)?.sync_all()?;
+            std::fs::rename(&temporary, &marker)?;
+            std::fs::File::open(data_dir)?.sync_all()?;
+        }
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot read {}", marker.display()));
+        }
+    }
+    Ok(())
+}
+
+/// A running replica's handles, for tests and the chaos harness.
+pub struct RunningNode {
+    /// The replica.
+    pub replica: Replica,
+    /// The executor.
+    pub executor: Arc<Executor>,
+}
+
+/// Runs one replica until `shutdown` resolves.
+pub async fn run(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    run_with_listener(config, driver, listener, shutdown).await
+}
+
+/// Like [`run`], on a listener the caller bound (tests bind port 0).
+pub async fn run_with_listener(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let node_id = config.node_id;
+    claim_data_dir(&config.data_dir, node_id)?;
+    let log_store = LogStore::<TypeConfig>::open(&config.data_dir.join("raft-log"))
+        .with_context(|| format!("cannot open the Raft log in {}", config.data_dir.display()))?;
+    let state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
+        .context("cannot open the snapshot store")?;
+    let state = state_machine.handle();
+    let raft_config = Arc::new(raft_config(&config.timing)?);
+    let peers = PeerClients::new(node_id);
+    let network = peers.network_factory();
+    let raft: Raft = openraft::Raft::new(node_id, raft_config, network, log_store, state_machine)
+        .await
+        .context("cannot start Raft")?;
+
+    if !config.initial_cluster.is_empty() {
+        initialize_once(&raft, node_id, &config.initial_cluster).await?;
+    }
+
+    let executor = Executor::new(
+        node_id,
+        raft.clone(),
+        state.clone(),
+        driver,
+        config.executor,
+    );
+    let on_lead = executor.clone();
+    let on_step_down = executor.clone();
+    let _leader_watch = raft.on_leader_change(
+        move |leader_id| {
+            on_lead.lead(leader_id.term);
+            async {}
+        },
+        move |_| {
+            on_step_down.step_down();
+            async {}
+        },
+    );
+
+    let replica = Replica {
+        node_id,
+        raft: raft.clone(),
+        state,
+        peers,
+        timeouts: config.timeouts,
+    };
+    let service = PalisadeService::new(replica.clone());
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<PalisadeServer<PalisadeService>>()
+        .await;
+
+    let local = listener.local_addr()?;
+    info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(PalisadeServer::new(service))
+        .add_service(ClusterAdminServer::new(AdminService::new(replica.clone())))
+        .add_service(PeerService::new(raft.clone()).into_server())
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = drain_rx.await;
+        });
+    let mut server = tokio::spawn(server);
+
+    tokio::select! {
+        () = shutdown => {}
+        result = &mut server => {
+            executor.step_down();
+            raft.shutdown().await.ok();
+            return result.context("server task failed")?.context("gRPC server failed");
+        }
+    }
+
+    info!(
+        node = node_id,
+        "shutting down: handing off leadership, then draining"
+    );
+    hand_off_leadership(&replica).await;
+    health_reporter
+        .set_not_serving::<PalisadeServer<PalisadeService>>()
+        .await;
+    let _ = drain_tx.send(());
+    if tokio::time::timeout(config.drain_timeout, &mut server)
+        .await
+        .is_err()
+    {
+        warn!(
+            "in-flight requests did not finish in {:?}; closing",
+            config.drain_timeout
+        );
+        server.abort();
+    }
+    executor.step_down();
+    if let Err(error) = raft.shutdown().await {
+        warn!(%error, "raft shutdown failed");
+    }
+    info!(node = node_id, "stopped");
+    Ok(())
+}
+
+/// Initializes the cluster if this node's storage has never been
+/// initialized. Every founding member may call it with the same membership;
+/// a node that already has state never re-initializes.
+async fn initialize_once(
+    raft: &Raft,
+    node_id: NodeId,
+    initial_cluster: &BTreeMap<NodeId, String>,
+) -> anyhow::Result<()> {
+    if !initial_cluster.contains_key(&node_id) {
+        bail!(
+            "--initial-cluster does not name this node ({node_id}); list every founding member as ID=ADDRESS"
+        );
+    }
+    if raft.is_initialized().await.context("raft stopped")? {
+        info!("cluster already initialized; not initializing again");
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, Node> = initial_cluster
+        .iter()
+        .map(|(id, address)| {
+            (
+                *id,
+                Node {
+                    addr: address.clone(),
+                },
+            )
+        })
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => info!(members = ?initial_cluster, "cluster initialized"),
+        Err(error) => {
+            // Another founding member initialized first and replicated to us.
+            info!(%error, "initialize skipped");
+        }
+    }
+    Ok(())
+}
+
+/// If this replica leads, moves leadership to the most up-to-date voter and
+/// waits (bounded) until it moved.
+async fn hand_off_leadership(replica: &Replica) {
+    let metrics = replica.raft.metrics().borrow_watched().clone();
+    if metrics.current_leader != Some(replica.node_id) {
+        return;
+    }
+    let matched = metrics.replication.clone().unwrap_or_default();
+    let target = metrics
+        .membership_config
+        .membership()
+        .voter_ids()
+        .filter(|id| *id != replica.node_id)
+        .max_by_key(|id| {
+            matched
+                .get(id)
+                .cloned()
+                .flatten()
+                .map(|log_id| log_id.index)
+        });
+    let Some(target) = target else {
+        return;
+    };
+    if let Err(error) = replica.raft.trigger().transfer_leader(target).await {
+        warn!(%error, "leader transfer failed");
+        return;
+    }
+    let moved = replica
+        .raft
+        .wait(Some(Duration::from_secs(3)))
+        .metrics(
+            |metrics| {
+                metrics
+                    .current_leader
+                    .is_some_and(|leader| leader != replica.node_id)
+            },
+            "leadership moved",
+        )
+        .await;
+    match moved {
+        Ok(_) => info!(to = target, "leadership handed off"),
+        Err(error) => warn!(%error, "leadership did not move in time"),
+    }
+}

@@ -1,0 +1,285 @@
+//! `Replica`: one gateway replica's handle on consensus — proposing
+//! commands (locally when it leads, forwarded to the leader otherwise),
+//! linearizing reads, and waiting for the applied state to reach a
+//! condition.
+//!
+//! Every outcome that is not a definite answer is reported as "outcome
+//! unknown" (UNAVAILABLE, OUTCOME_PENDING), never as a failure: a timed-out
+//! or discarded proposal may still commit.
+
+use openraft::async_runtime::WatchReceiver as _;
+use std::time::Duration;
+
+use openraft::ReadPolicy;
+use openraft::error::{ClientWriteError, RaftError};
+use palisade_lifecycle::{Command, Response};
+use palisade_raft::network::{ForwardError, PeerClients};
+use palisade_raft::state_machine::AppliedState;
+use palisade_raft::{NodeId, Raft, StateHandle};
+use tokio::time::Instant;
+
+use crate::errors::{self, LEADERSHIP_CHANGED, NO_LEADER, OUTCOME_PENDING};
+
+/// Timeouts of the request path.
+#[derive(Debug, Clone)]
+pub struct ReplicaTimeouts {
+    /// How long a proposal may wait for a leader and for its commit.
+    pub propose_timeout: Duration,
+    /// How long a handler waits for an operation's terminal state before
+    /// answering OUTCOME_PENDING (the operation goes on).
+    pub operation_wait_max: Duration,
+}
+
+impl Default for ReplicaTimeouts {
+    fn default() -> Self {
+        Self {
+            propose_timeout: Duration::from_secs(10),
+            operation_wait_max: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A committed command and what apply decided.
+#[derive(Debug, Clone)]
+pub struct Proposed {
+    /// Log index of the entry.
+    pub index: u64,
+    /// The apply result.
+    pub response: Response,
+    /// The term this replica led in when it proposed locally; `None` when
+    /// the proposal was forwarded.
+    pub proposed_as_leader_in: Option<u64>,
+}
+
+/// One replica: Raft handle, applied state, peers.
+#[derive(Clone)]
+pub struct Replica {
+    /// This replica's node id.
+    pub node_id: NodeId,
+    /// The Raft handle.
+    pub raft: Raft,
+    /// Read side of the state machine.
+    pub state: StateHandle,
+    /// Clients to the other replicas.
+    pub peers: PeerClients,
+    /// Request-path timeouts.
+    pub timeouts: ReplicaTimeouts,
+}
+
+/// How long to wait before asking again who leads, while an election runs.
+const LEADER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+impl Replica {
+    /// The leader this replica currently knows of, and its address.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let leader = metrics.current_leader?;
+        let address = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|node| node.addr.clone())
+            .unwrap_or_default();
+        Some((leader, address))
+    }
+
+    /// This replica's term if it currently leads.
+    pub fn leading_term(&self) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        (metrics.current_leader == Some(self.node_id)).then_some(metrics.current_term)
+    }
+
+    /// Proposes `command` and waits until it is committed and applied on the
+    /// leader. Waits through elections up to the propose timeout.
+    pub async fn propose(&self, command: Command) -> Result<Proposed, tonic::Status> {
+        let deadline = Instant::now() + self.timeouts.propose_timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(errors::unavailable(
+                    NO_LEADER,
+                    "no leader could take the request in time; retry (the cluster may be electing a leader or lack a quorum)",
+                ));
+            }
+            let Some((leader, address)) = self.leader() else {
+                tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                continue;
+            };
+            if leader == self.node_id {
+                let term = self.leading_term();
+                let written =
+                    tokio::time::timeout(remaining, self.raft.client_write(command.clone())).await;
+                match written {
+                    Ok(Ok(written)) => {
+                        return Ok(Proposed {
+                            index: written.log_id.index,
+                            response: written.data,
+                            proposed_as_leader_in: term,
+                        });
+                    }
+                    // Rejected before append: nothing was written; ask again who leads.
+                    Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                        tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                    }
+                    Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
+                        return Err(errors::unavailable(
+                            LEADERSHIP_CHANGED,
+                            "leadership changed while the request was being committed; its outcome is unknown: retry to learn it",
+                        ));
+                    }
+                    Ok(Err(other)) => {
+                        return Err(errors::unavailable(
+                            errors::INTERNAL,
+                            format!("the replica cannot propose: {other}"),
+                        ));
+                    }
+                    Err(_elapsed) => {
+                        return Err(errors::unavailable(
+                            OUTCOME_PENDING,
+                            "the request was not committed in time; its outcome is unknown: retry to learn it",
+                        ));
+                    }
+                }
+                continue;
+            }
+            match self
+                .peers
+                .forward_write(leader, &address, command.clone(), remaining)
+                .await
+            {
+                Ok(written) => {
+                    // Make our own state reflect the entry before the caller reads it.
+                    let index = written.log_id.index;
+                    self.wait_applied(index, deadline).await?;
+                    return Ok(Proposed {
+                        index,
+                        response: written.data,
+                        proposed_as_leader_in: None,
+                    });
+                }
+                Err(ForwardError::NotLeader { .. }) => {
+                    tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                }
+                Err(ForwardError::Discarded { .. }) => {
+                    return Err(errors::unavailable(
+                        LEADERSHIP_CHANGED,
+                        "leadership changed while the request was being committed; its outcome is unknown: retry to learn it",
+                    ));
+                }
+                Err(error @ ForwardError::Refused { .. }) => {
+                    return Err(errors::unavailable(
+                        errors::INTERNAL,
+                        format!(
+                            "the leader (node {leader} at {address}) refused the forwarded request: {error}"
+                        ),
+                    ));
+                }
+                Err(error) => {
+                    return Err(errors::unavailable(
+                        OUTCOME_PENDING,
+                        format!(
+                            "forwarding to the leader (node {leader} at {address}) failed: {error}; the outcome is unknown: retry to learn it"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Waits until this replica applied `index`.
+    pub async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), tonic::Status> {
+        match tokio::time::timeout_at(deadline, self.state.wait_applied(index)).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(errors::unavailable(
+                OUTCOME_PENDING,
+                format!("this replica did not apply entry {index} in time; retry"),
+            )),
+        }
+    }
+
+    /// Makes the next read linearizable: confirms leadership (read index)
+    /// with a quorum and waits until the local state applied that index.
+    pub async fn linearize(&self) -> Result<(), tonic::Status> {
+        let deadline = Instant::now() + self.timeouts.propose_timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(errors::unavailable(
+                    NO_LEADER,
+                    "could not confirm the read with a leader in time; retry, or read with consistency=stale",
+                ));
+            }
+            let Some((leader, address)) = self.leader() else {
+                tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                continue;
+            };
+            let read_index = if leader == self.node_id {
+                match tokio::time::timeout(
+                    remaining,
+                    self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+                )
+                .await
+                {
+                    Ok(Ok(read_log_id)) => read_log_id.index(),
+                    Ok(Err(_)) => {
+                        tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
+            } else {
+                match self.peers.read_index(leader, &address, remaining).await {
+                    Ok(index) => index,
+                    Err(_) => {
+                        tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
+                        continue;
+                    }
+                }
+            };
+            return self.wait_applied(read_index, deadline).await;
+        }
+    }
+
+    /// Waits until `done` holds on the applied state, and returns what it
+    /// returned. Answers LEADERSHIP_CHANGED if this replica proposed as
+    /// leader in `proposed_as_leader_in` and stopped leading in that term,
+    /// and OUTCOME_PENDING after the operation wait limit.
+    pub async fn wait_until<T>(
+        &self,
+        proposed_as_leader_in: Option<u64>,
+        mut done: impl FnMut(&AppliedState) -> Option<T>,
+    ) -> Result<T, tonic::Status> {
+        let deadline = Instant::now() + self.timeouts.operation_wait_max;
+        let mut applied = self.state.subscribe();
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(value) = self.state.read(&mut done) {
+                return Ok(value);
+            }
+            if let Some(term) = proposed_as_leader_in
+                && self.leading_term() != Some(term)
+            {
+                return Err(errors::unavailable(
+                    LEADERSHIP_CHANGED,
+                    "this replica lost leadership while the operation was in flight; retry: the new leader finishes it",
+                ));
+            }
+            tokio::select! {
+                changed = applied.changed() => {
+                    if changed.is_err() {
+                        return Err(errors::unavailable(errors::SHUTTING_DOWN, "the replica is shutting down; retry on another replica"));
+                    }
+                }
+                _ = metrics.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(errors::unavailable(
+                        OUTCOME_PENDING,
+                        "the operation is still in flight; retry to wait for its result",
+                    ));
+                }
+            }
+        }
+    }
+}

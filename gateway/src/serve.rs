@@ -1,0 +1,160 @@
+//! `palisade gateway run`: one replica in the foreground, configured by
+//! flags, stopped by SIGTERM or Ctrl-C (leadership is handed off first).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::driver::process::ProcessDriver;
+use crate::executor::ExecutorConfig;
+use crate::node::{NodeConfig, RaftTiming};
+use crate::replica::ReplicaTimeouts;
+
+/// Flags of `palisade gateway run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// This replica's node id: unique in the cluster and never reused.
+    #[arg(long)]
+    pub node_id: u64,
+    /// Address to listen on (public API and peer traffic).
+    #[arg(long, default_value = "127.0.0.1:7001")]
+    pub listen: SocketAddr,
+    /// Address the other replicas and clients reach this one at
+    /// (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Directory for the Raft log, vote and snapshots. Never reuse one under
+    /// another node id, never start an existing member with an empty one.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Founding members, etcd-style: ID=HOST:PORT,ID=HOST:PORT,... The
+    /// cluster is initialized once, on first start; restarting with the
+    /// same flags is safe. Omit it on a replica that joins an existing
+    /// cluster as a learner.
+    #[arg(long, value_parser = parse_initial_cluster)]
+    pub initial_cluster: Option<BTreeMap<u64, String>>,
+    /// Directory the process driver keeps executions in. Every replica on a
+    /// host must use the same one (default: DATA_DIR/../executions).
+    #[arg(long)]
+    pub driver_dir: Option<PathBuf>,
+    /// Leader heartbeat interval, milliseconds.
+    #[arg(long, default_value_t = RaftTiming::default().heartbeat_ms)]
+    pub heartbeat_ms: u64,
+    /// Minimum election timeout, milliseconds.
+    #[arg(long, default_value_t = RaftTiming::default().election_timeout_min_ms)]
+    pub election_timeout_min_ms: u64,
+    /// Maximum election timeout, milliseconds.
+    #[arg(long, default_value_t = RaftTiming::default().election_timeout_max_ms)]
+    pub election_timeout_max_ms: u64,
+    /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
+    #[arg(long, default_value_t = 10)]
+    pub stop_grace_seconds: u64,
+    /// Seconds shutdown waits for in-flight requests.
+    #[arg(long, default_value_t = 10)]
+    pub drain_seconds: u64,
+}
+
+/// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
+pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut members = BTreeMap::new();
+    for member in text
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+    {
+        let (id, address) = member
+            .split_once('=')
+            .ok_or_else(|| format!("expected ID=HOST:PORT, got {member:?}"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("node id {id:?} is not a number"))?;
+        let address = address.trim().trim_start_matches("http://").to_string();
+        if address.is_empty() || !address.contains(':') {
+            return Err(format!(
+                "address of node {id} must be HOST:PORT, got {address:?}"
+            ));
+        }
+        if members.insert(id, address).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("empty member list".into());
+    }
+    Ok(members)
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(stream) => stream,
+        Err(error) => {
+            tracing::error!(%error, "cannot watch SIGTERM; stop with Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs `palisade gateway run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.node_id == 0 {
+        bail!("--node-id must be at least 1");
+    }
+    let timing = RaftTiming {
+        heartbeat_ms: args.heartbeat_ms,
+        election_timeout_min_ms: args.election_timeout_min_ms,
+        election_timeout_max_ms: args.election_timeout_max_ms,
+    };
+    let advertise = args
+        .advertise
+        .clone()
+        .unwrap_or_else(|| args.listen.to_string());
+    let initial_cluster = args.initial_cluster.clone().unwrap_or_default();
+    if let Some(listed) = initial_cluster.get(&args.node_id)
+        && *listed != advertise
+    {
+        bail!(
+            "--initial-cluster lists node {} at {listed}, but it advertises {advertise}; make them agree",
+            args.node_id
+        );
+    }
+    let driver_dir = match &args.driver_dir {
+        Some(dir) => dir.clone(),
+        None => args
+            .data_dir
+            .parent()
+            .map(|parent| parent.join("executions"))
+            .unwrap_or_else(|| PathBuf::from("executions")),
+    };
+    let shim_program = std::env::current_exe().context("cannot find the palisade executable")?;
+    std::fs::create_dir_all(&driver_dir)
+        .with_context(|| format!("cannot create driver directory {}", driver_dir.display()))?;
+    let driver = ProcessDriver::new(driver_dir, shim_program);
+    let config = NodeConfig {
+        node_id: args.node_id,
+        listen: args.listen,
+        advertise,
+        data_dir: args.data_dir.clone(),
+        initial_cluster,
+        timing,
+        executor: ExecutorConfig {
+            stop_grace: Duration::from_secs(args.stop_grace_seconds),
+            ..Default::default()
+        },
+        timeouts: ReplicaTimeouts::default(),
+        drain_timeout: Duration::from_secs(args.drain_seconds),
+    };
+    crate::node::run(config, Arc::new(driver), shutdown_signal()).await
+}

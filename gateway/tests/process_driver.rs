@@ -1,0 +1,595 @@
+//! The process driver against real processes: shims started through the `palisade`
+//! binary (`palisade shim ...`), commands run by `sh` and `sleep`, state read back from
+//! `/proc`. Each test owns a temporary driver directory and tags its commands with a
+//! unique environment variable, so it can count exactly its own processes.
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use palisade_gateway::driver::process::ProcessDriver;
+use palisade_gateway::driver::{
+    ComputeDriver, DriverError, ExecutionHandle, ExecutionIdentity, ExecutionStatus, LaunchSpec,
+};
+
+const MARKER_VARIABLE: &str = "PALISADE_TEST_MARKER";
+/// How long a test waits for processes to appear or a status to change.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A driver directory plus the marker of this test's processes; kills leftovers on
+/// drop, so a failing test does not leave sleeps behind.
+struct Fixture {
+    root: tempfile::TempDir,
+    marker: String,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            root: tempfile::tempdir().expect("temporary directory"),
+            marker: uuid::Uuid::new_v4().to_string(),
+        }
+    }
+
+    fn driver_dir(&self) -> PathBuf {
+        self.root.path().join("driver")
+    }
+
+    /// A driver as one gateway process would build it; call again for "another
+    /// gateway" or "the same gateway after a restart".
+    fn driver(&self) -> ProcessDriver {
+        ProcessDriver::new(
+            self.driver_dir(),
+            PathBuf::from(env!("CARGO_BIN_EXE_palisade")),
+        )
+    }
+
+    fn spec(&self, sandbox_id: &str, generation: u64, command: &[&str]) -> LaunchSpec {
+        LaunchSpec {
+            sandbox_id: sandbox_id.to_owned(),
+            generation,
+            command: command.iter().map(|word| (*word).to_owned()).collect(),
+            env: BTreeMap::from([(MARKER_VARIABLE.to_owned(), self.marker.clone())]),
+        }
+    }
+
+    /// Live processes carrying this test's marker (zombies have no environment).
+    fn processes(&self) -> Vec<i32> {
+        let needle = format!("{MARKER_VARIABLE}={}", self.marker);
+        pids()
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                    environ
+                        .split(|byte| *byte == 0)
+                        .any(|entry| entry == needle.as_bytes())
+                })
+            })
+            .collect()
+    }
+
+    async fn wait_for_processes(&self, count: usize) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        while self.processes().len() != count {
+            assert!(
+                Instant::now() < deadline,
+                "expected {count} processes, have {:?}",
+                self.processes()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let root = self.root.path().to_string_lossy().into_owned();
+        let shims = pids().filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&root))
+        });
+        for pid in shims.chain(self.processes()) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn pids() -> impl Iterator<Item = i32> {
+    fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
+/// (parent pid, session id) of a process.
+fn parent_and_session(pid: u32) -> (i32, i32) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 1..]
+        .split_whitespace()
+        .collect();
+    (
+        fields[1].parse().expect("ppid"),
+        fields[3].parse().expect("session"),
+    )
+}
+
+fn shim_pid(handle: &ExecutionHandle) -> u32 {
+    match &handle.identity {
+        ExecutionIdentity::Process { pid, .. } => *pid,
+        other => panic!("not a process handle: {other:?}"),
+    }
+}
+
+async fn wait_for_status(
+    driver: &ProcessDriver,
+    sandbox_id: &str,
+    generation: u64,
+    expected: ExecutionStatus,
+) {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let status = driver
+            .inspect(sandbox_id, generation)
+            .await
+            .expect("inspect");
+        if status == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {expected:?}, still {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn running(handle: &ExecutionHandle) -> ExecutionStatus {
+    ExecutionStatus::Running {
+        handle: handle.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn launch_starts_one_detached_shim_however_often_it_is_called() {
+    let fixture = Fixture::new();
+    let spec = fixture.spec("sandbox-a", 1, &["sleep", "1000"]);
+    // Two gateways launching the same generation at once, one of them twice.
+    let (first, second) = (fixture.driver(), fixture.driver());
+    let (a, b, c) = tokio::join!(
+        first.launch(&spec),
+        second.launch(&spec),
+        first.launch(&spec)
+    );
+    let handle = a.expect("launch");
+    assert_eq!(b.expect("launch"), handle);
+    assert_eq!(c.expect("launch"), handle);
+    assert_eq!(handle.generation, 1);
+    assert!(
+        handle
+            .to_string()
+            .starts_with(&format!("pid={} start=", shim_pid(&handle)))
+    );
+
+    fixture.wait_for_processes(1).await;
+    // The shim is a real process, in a session of its own, and not our child: killing
+    // this gateway could not take it down.
+    let pid = shim_pid(&handle);
+    let (parent, session) = parent_and_session(pid);
+    assert_ne!(parent, std::process::id() as i32);
+    assert_eq!(session, pid as i32);
+
+    // Launching later returns the same execution and starts nothing.
+    assert_eq!(first.launch(&spec).await.expect("launch"), handle);
+    assert_eq!(
+        first.inspect("sandbox-a", 1).await.expect("inspect"),
+        running(&handle)
+    );
+    assert_eq!(fixture.processes().len(), 1);
+
+    first.remove("sandbox-a").await.expect("remove");
+    assert!(fixture.processes().is_empty());
+}
+
+#[tokio::test]
+async fn stop_terminates_the_whole_process_group() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    let spec = fixture.spec(
+        "sandbox-b",
+        1,
+        &["sh", "-c", "sleep 1000 & sleep 1000 & wait"],
+    );
+    driver.launch(&spec).await.expect("launch");
+    fixture.wait_for_processes(3).await; // sh and two grandchildren
+
+    let started = Instant::now();
+    driver
+        .stop("sandbox-b", 1, Duration::from_secs(30))
+        .await
+        .expect("stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "SIGTERM was enough"
+    );
+    assert!(fixture.processes().is_empty());
+    assert_eq!(
+        driver.inspect("sandbox-b", 1).await.expect("inspect"),
+        ExecutionStatus::Exited {
+            code: 128 + libc::SIGTERM
+        }
+    );
+    // Stopping again, or stopping what never existed, succeeds.
+    driver
+        .stop("sandbox-b", 1, Duration::ZERO)
+        .await
+        .expect("stop again");
+    driver
+        .stop("sandbox-b", 9, Duration::ZERO)
+        .await
+        .expect("stop unknown");
+    driver
+        .stop("no-such-sandbox", 1, Duration::ZERO)
+        .await
+        .expect("stop unknown");
+}
+
+#[tokio::test]
+async fn stop_kills_a_group_that_ignores_sigterm_after_the_grace() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    // `trap "" TERM` makes sh ignore SIGTERM, and its children inherit that.
+    let script = r#"trap "" TERM; sleep 1000 & sleep 1000 & wait"#;
+    driver
+        .launch(&fixture.spec("sandbox-c", 1, &["sh", "-c", script]))
+        .await
+        .expect("launch");
+    fixture.wait_for_processes(3).await;
+
+    let grace = Duration::from_secs(1);
+    let started = Instant::now();
+    driver.stop("sandbox-c", 1, grace).await.expect("stop");
+    let took = started.elapsed();
+    assert!(
+        took >= grace,
+        "SIGKILL came before the grace ended: {took:?}"
+    );
+    assert!(took < grace + Duration::from_secs(10), "stop took {took:?}");
+    assert!(fixture.processes().is_empty());
+    assert_eq!(
+        driver.inspect("sandbox-c", 1).await.expect("inspect"),
+        ExecutionStatus::Exited {
+            code: 128 + libc::SIGKILL
+        }
+    );
+}
+
+#[tokio::test]
+async fn descendants_that_leave_the_process_group_are_killed_with_the_execution() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    // The background child makes itself a session (and group) leader, out of reach of
+    // a group signal; the shim, as subreaper, adopts and kills it.
+    let script = "setsid sleep 1000 & exec sleep 1000";
+    driver
+        .launch(&fixture.spec("sandbox-d", 1, &["sh", "-c", script]))
+        .await
+        .expect("launch");
+    fixture.wait_for_processes(2).await;
+
+    driver
+        .stop("sandbox-d", 1, Duration::from_secs(5))
+        .await
+        .expect("stop");
+    assert!(fixture.processes().is_empty());
+}
+
+#[tokio::test]
+async fn exit_codes_are_recorded_and_leftovers_killed() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    driver
+        .launch(&fixture.spec("sandbox-e", 1, &["sh", "-c", "exit 0"]))
+        .await
+        .expect("launch");
+    // The command exits 3 while a background child still runs: the execution is over
+    // when its command is, so the shim kills the child.
+    let second = fixture.spec("sandbox-e", 2, &["sh", "-c", "sleep 1000 & exit 3"]);
+    let handle = driver.launch(&second).await.expect("launch");
+
+    wait_for_status(&driver, "sandbox-e", 1, ExecutionStatus::Exited { code: 0 }).await;
+    wait_for_status(&driver, "sandbox-e", 2, ExecutionStatus::Exited { code: 3 }).await;
+    assert!(fixture.processes().is_empty());
+
+    // Launching an exited generation returns it as it is; nothing runs again.
+    assert_eq!(driver.launch(&second).await.expect("launch"), handle);
+    assert!(fixture.processes().is_empty());
+    assert_eq!(
+        driver.inspect("sandbox-e", 2).await.expect("inspect"),
+        ExecutionStatus::Exited { code: 3 }
+    );
+    driver.remove("sandbox-e").await.expect("remove");
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_is_rejected_with_no_effect() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    for (generation, program) in [
+        (1, "/nonexistent/palisade-test-program"),
+        (2, "palisade-no-such-command"),
+    ] {
+        let spec = fixture.spec("sandbox-f", generation, &[program, "arg"]);
+        let error = driver.launch(&spec).await.expect_err("must be rejected");
+        assert!(error.is_definite_no_effect(), "{error}");
+        assert!(error.to_string().contains(program), "{error}");
+        assert_eq!(
+            driver
+                .inspect("sandbox-f", generation)
+                .await
+                .expect("inspect"),
+            ExecutionStatus::Exited { code: 127 }
+        );
+        // Idempotent: the same answer again, without a new attempt.
+        assert!(matches!(
+            driver.launch(&spec).await,
+            Err(DriverError::Rejected { .. })
+        ));
+    }
+    // Invalid input never reaches the filesystem.
+    let error = driver
+        .launch(&fixture.spec("../escape", 1, &["true"]))
+        .await
+        .expect_err("must be rejected");
+    assert!(error.is_definite_no_effect());
+    assert!(!fixture.root.path().join("escape").exists());
+    driver.remove("sandbox-f").await.expect("remove");
+}
+
+#[tokio::test]
+async fn a_restarted_gateway_adopts_running_executions() {
+    let fixture = Fixture::new();
+    // An empty command means the default idle command.
+    let spec = fixture.spec("sandbox-g", 4, &[]);
+    let handle = {
+        let gateway_before_restart = fixture.driver();
+        gateway_before_restart.launch(&spec).await.expect("launch")
+    };
+    fixture.wait_for_processes(1).await;
+
+    let gateway_after_restart = fixture.driver();
+    assert_eq!(
+        gateway_after_restart
+            .inspect("sandbox-g", 4)
+            .await
+            .expect("inspect"),
+        running(&handle)
+    );
+    assert_eq!(
+        gateway_after_restart.launch(&spec).await.expect("launch"),
+        handle
+    );
+    gateway_after_restart
+        .stop("sandbox-g", 4, Duration::from_secs(5))
+        .await
+        .expect("stop");
+    assert!(fixture.processes().is_empty());
+    assert_eq!(
+        gateway_after_restart
+            .inspect("sandbox-g", 4)
+            .await
+            .expect("inspect"),
+        ExecutionStatus::Exited {
+            code: 128 + libc::SIGTERM
+        }
+    );
+}
+
+/// Rewrites the `pid` of a JSON record, keeping its start time.
+fn repoint(record: &Path, pid: u32) {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&fs::read(record).expect("record")).expect("json");
+    value["pid"] = pid.into();
+    fs::write(record, serde_json::to_vec(&value).expect("json")).expect("write record");
+}
+
+/// A process in a session and group of its own, like a shim or a command leader;
+/// killed when dropped, so a failing test does not leave it behind.
+struct Decoy(std::process::Child);
+
+impl Decoy {
+    fn spawn() -> Self {
+        let mut decoy = std::process::Command::new("sleep");
+        decoy
+            .arg("1000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            decoy.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        Decoy(decoy.spawn().expect("decoy"))
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.0.try_wait().expect("try_wait").is_none()
+    }
+}
+
+impl Drop for Decoy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_recycled_pid_is_never_signalled() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    driver
+        .launch(&fixture.spec("sandbox-h", 1, &["sh", "-c", "exit 0"]))
+        .await
+        .expect("launch");
+    wait_for_status(&driver, "sandbox-h", 1, ExecutionStatus::Exited { code: 0 }).await;
+
+    // Pretend the shim and the command died without recording an exit and their pids
+    // now belong to unrelated processes: the records keep the old start times.
+    let mut decoys = [Decoy::spawn(), Decoy::spawn()];
+    let dir = driver.execution_dir("sandbox-h", 1);
+    repoint(&dir.join("shim.json"), decoys[0].0.id());
+    repoint(&dir.join("command.json"), decoys[1].0.id());
+    fs::remove_file(dir.join("exit.json")).expect("remove exit record");
+
+    assert_eq!(
+        driver.inspect("sandbox-h", 1).await.expect("inspect"),
+        ExecutionStatus::Absent
+    );
+    driver
+        .stop("sandbox-h", 1, Duration::ZERO)
+        .await
+        .expect("stop");
+    driver.remove("sandbox-h").await.expect("remove");
+    for decoy in &mut decoys {
+        assert!(decoy.is_running(), "a decoy was signalled");
+    }
+}
+
+#[tokio::test]
+async fn remove_stops_every_execution_and_deletes_its_files() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    driver
+        .launch(&fixture.spec("sandbox-i", 1, &["sh", "-c", "echo hello; exit 0"]))
+        .await
+        .expect("launch");
+    wait_for_status(&driver, "sandbox-i", 1, ExecutionStatus::Exited { code: 0 }).await;
+    let log = driver.execution_dir("sandbox-i", 1).join("stdout.log");
+    assert_eq!(fs::read_to_string(log).expect("stdout.log"), "hello\n");
+    driver
+        .launch(&fixture.spec(
+            "sandbox-i",
+            2,
+            &["sh", "-c", "sleep 1000 & sleep 1000 & wait"],
+        ))
+        .await
+        .expect("launch");
+    fixture.wait_for_processes(3).await;
+
+    driver.remove("sandbox-i").await.expect("remove");
+    assert!(fixture.processes().is_empty());
+    assert!(!fixture.driver_dir().join("sandbox-i").exists());
+    for generation in [1, 2] {
+        assert_eq!(
+            driver
+                .inspect("sandbox-i", generation)
+                .await
+                .expect("inspect"),
+            ExecutionStatus::Absent
+        );
+    }
+    assert!(driver.list().await.expect("list").is_empty());
+    driver.remove("sandbox-i").await.expect("remove again");
+}
+
+#[tokio::test]
+async fn list_returns_every_execution() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    driver
+        .launch(&fixture.spec("sandbox-j", 1, &["sh", "-c", "exit 0"]))
+        .await
+        .expect("launch");
+    wait_for_status(&driver, "sandbox-j", 1, ExecutionStatus::Exited { code: 0 }).await;
+    let idle = driver
+        .launch(&fixture.spec("sandbox-j", 2, &[]))
+        .await
+        .expect("launch");
+    let other = driver
+        .launch(&fixture.spec("sandbox-k", 7, &["sleep", "1000"]))
+        .await
+        .expect("launch");
+    // Things in the directory that are not executions are not listed.
+    fs::create_dir_all(fixture.driver_dir().join(".trash")).expect("mkdir");
+    fs::create_dir_all(fixture.driver_dir().join("sandbox-k").join(".staging-8-x")).expect("mkdir");
+
+    assert_eq!(
+        driver.list().await.expect("list"),
+        vec![
+            (
+                "sandbox-j".to_owned(),
+                1,
+                ExecutionStatus::Exited { code: 0 }
+            ),
+            ("sandbox-j".to_owned(), 2, running(&idle)),
+            ("sandbox-k".to_owned(), 7, running(&other)),
+        ]
+    );
+    driver.remove("sandbox-j").await.expect("remove");
+    driver.remove("sandbox-k").await.expect("remove");
+    assert!(driver.list().await.expect("list").is_empty());
+    assert!(fixture.processes().is_empty());
+}
+
+/// What a gateway leaves behind when it dies after creating an execution's directory
+/// and before starting its shim.
+fn interrupted_launch(driver: &ProcessDriver, spec: &LaunchSpec) {
+    let dir = driver.execution_dir(&spec.sandbox_id, spec.generation);
+    fs::create_dir_all(dir.join("work")).expect("mkdir");
+    fs::write(
+        dir.join("spec.json"),
+        serde_json::to_vec(spec).expect("json"),
+    )
+    .expect("spec");
+}
+
+#[tokio::test]
+async fn an_interrupted_launch_is_finished_or_stopped_by_the_next_gateway() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    let first = fixture.spec("sandbox-l", 1, &["sleep", "1000"]);
+    interrupted_launch(&driver, &first);
+    assert_eq!(
+        driver.inspect("sandbox-l", 1).await.expect("inspect"),
+        ExecutionStatus::Absent
+    );
+    // The next leader resumes the pending launch: it starts the execution once.
+    let handle = driver.launch(&first).await.expect("launch");
+    fixture.wait_for_processes(1).await;
+    assert_eq!(
+        driver.inspect("sandbox-l", 1).await.expect("inspect"),
+        running(&handle)
+    );
+
+    // If a stop comes first instead, the command never starts, even when a launch of
+    // that generation is retried afterwards.
+    let second = fixture.spec("sandbox-l", 2, &["sleep", "1000"]);
+    interrupted_launch(&driver, &second);
+    driver
+        .stop("sandbox-l", 2, Duration::ZERO)
+        .await
+        .expect("stop");
+    driver.launch(&second).await.expect("launch");
+    assert_eq!(
+        driver.inspect("sandbox-l", 2).await.expect("inspect"),
+        ExecutionStatus::Exited {
+            code: 128 + libc::SIGTERM
+        }
+    );
+    assert_eq!(fixture.processes().len(), 1, "only generation 1 runs");
+
+    // A different spec for an existing generation is a caller bug, refused.
+    let conflicting = fixture.spec("sandbox-l", 1, &["sleep", "2000"]);
+    let error = driver.launch(&conflicting).await.expect_err("conflict");
+    assert!(error.is_definite_no_effect(), "{error}");
+    driver.remove("sandbox-l").await.expect("remove");
+    assert!(fixture.processes().is_empty());
+}

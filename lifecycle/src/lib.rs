@@ -1,0 +1,43 @@
+//! The replicated sandbox lifecycle: commands, state and [`apply`].
+//!
+//! This crate is the deterministic core of Palisade, in the manner of etcd's
+//! raft package: the rest of the system feeds it committed commands, in log
+//! order, and drains outcomes. It has no IO, no async, no clock and no
+//! randomness, so every replica that applies the same log reaches the same
+//! state, byte for byte.
+//!
+//! # What `apply` may use
+//!
+//! Exactly three inputs: the current [`State`], the [`Command`] (which carries
+//! everything non-deterministic: sandbox ids chosen by the proposer, times
+//! read by the proposer) and the log position ([`LogPosition`]: index and
+//! term) of the entry being applied. Nothing else.
+//!
+//! # Deterministic and non-deterministic errors
+//!
+//! A rejected precondition (name taken, wrong phase, ...) is a
+//! *deterministic* outcome: it is returned as a [`Rejection`] identically on
+//! every replica and changes nothing. A broken invariant is a programmer
+//! error and panics (fail-stop) rather than letting replicas diverge.
+//!
+//! # Layout
+//!
+//! - [`limits`]: every bound (name lengths, label counts, page sizes), named.
+//! - [`validate`]: input checks shared by the API edge and `apply`.
+//! - [`state`]: workspaces, sandboxes, executions, operations.
+//! - [`command`]: what can be proposed.
+//! - [`apply`](mod@apply): the state transition function and its outcomes.
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod command;
+pub mod limits;
+pub mod state;
+pub mod validate;
+
+pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
+pub use command::{Command, LaunchResult, SandboxTarget};
+pub use state::{
+    DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Sandbox, SandboxPhase, SandboxSpec,
+    State, Workspace, WorkspacePhase,
+};

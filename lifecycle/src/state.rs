@@ -1,0 +1,300 @@
+//! The replicated state: workspaces, sandboxes, their executions and the
+//! operation in flight on each.
+//!
+//! Maps are `BTreeMap`s so that iteration order, snapshots and list pages are
+//! the same on every replica.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The workspace every cluster starts with; it cannot be deleted.
+pub const DEFAULT_WORKSPACE: &str = "default";
+
+/// The fixed id of the `default` workspace. It is part of the initial state
+/// (not proposed), so it must not depend on anything random.
+pub const DEFAULT_WORKSPACE_ID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// Phase of a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WorkspacePhase {
+    /// Accepts new sandboxes.
+    Active,
+    /// Being deleted: no new sandboxes.
+    Terminating,
+}
+
+/// A named group of sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    /// Chosen by the proposer (a UUID).
+    pub id: String,
+    /// Unique DNS-1123 label.
+    pub name: String,
+    /// Active or terminating.
+    pub phase: WorkspacePhase,
+    /// Log index of the entry that last changed it.
+    pub resource_version: u64,
+    /// Proposer's clock when it was created.
+    pub created_at_ms: i64,
+}
+
+/// What runs in a sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// argv; empty means the driver's long-running idle command.
+    pub command: Vec<String>,
+    /// Environment of the command.
+    pub env: BTreeMap<String, String>,
+    /// Container image, for drivers that use one.
+    pub image: String,
+    /// Driver-specific settings.
+    pub driver_config: BTreeMap<String, String>,
+}
+
+/// Phase of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SandboxPhase {
+    /// Created; its first execution is being launched.
+    Provisioning,
+    /// Its current execution runs.
+    Ready,
+    /// Its current execution is being stopped.
+    Stopping,
+    /// Stopped on request; nothing runs.
+    Stopped,
+    /// A new execution is being launched.
+    Starting,
+    /// Being deleted.
+    Deleting,
+    /// Launch failed, or the command exited non-zero.
+    Error,
+    /// The command exited with status 0.
+    Completed,
+    /// The driver cannot tell.
+    Unknown,
+}
+
+impl SandboxPhase {
+    /// Every phase, for tests and filters.
+    pub const ALL: [SandboxPhase; 9] = [
+        SandboxPhase::Provisioning,
+        SandboxPhase::Ready,
+        SandboxPhase::Stopping,
+        SandboxPhase::Stopped,
+        SandboxPhase::Starting,
+        SandboxPhase::Deleting,
+        SandboxPhase::Error,
+        SandboxPhase::Completed,
+        SandboxPhase::Unknown,
+    ];
+
+    /// Upper-case name as shown to users (`READY`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxPhase::Provisioning => "PROVISIONING",
+            SandboxPhase::Ready => "READY",
+            SandboxPhase::Stopping => "STOPPING",
+            SandboxPhase::Stopped => "STOPPED",
+            SandboxPhase::Starting => "STARTING",
+            SandboxPhase::Deleting => "DELETING",
+            SandboxPhase::Error => "ERROR",
+            SandboxPhase::Completed => "COMPLETED",
+            SandboxPhase::Unknown => "UNKNOWN",
+        }
+    }
+
+    /// True when nothing of the sandbox runs and no operation is in flight,
+    /// so a new execution may be started.
+    pub fn is_at_rest(self) -> bool {
+        matches!(
+            self,
+            SandboxPhase::Stopped | SandboxPhase::Completed | SandboxPhase::Error
+        )
+    }
+}
+
+/// One run of a sandbox's compute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execution {
+    /// Grows on every launch; never changes otherwise.
+    pub generation: u64,
+    /// Driver handle once the launch is confirmed (e.g. "pid=42 start=9001").
+    pub handle: Option<String>,
+    /// Driver that runs it.
+    pub driver: Option<String>,
+    /// Exit status once it ended on its own or was stopped.
+    pub exit_code: Option<i32>,
+}
+
+/// Kind of a lifecycle operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OperationKind {
+    /// Launch of the first execution.
+    Create,
+    /// Stop of the current execution.
+    Stop,
+    /// Launch of a new execution.
+    Start,
+    /// Removal of every execution, then of the sandbox.
+    Delete,
+}
+
+/// A lifecycle operation in flight: at most one per sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    /// What is being done.
+    pub kind: OperationKind,
+    /// The execution generation it targets.
+    pub generation: u64,
+    /// Log index of the entry that began it.
+    pub begun_at_index: u64,
+}
+
+/// A sandbox: identity, spec, status and the operation in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// UUID chosen by the proposer and written into the log before any
+    /// compute exists.
+    pub id: String,
+    /// Unique within the workspace.
+    pub name: String,
+    /// Name of the workspace.
+    pub workspace: String,
+    /// User labels (filterable).
+    pub labels: BTreeMap<String, String>,
+    /// User annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Log index of the entry that last changed it.
+    pub resource_version: u64,
+    /// Proposer's clock when it was created.
+    pub created_at_ms: i64,
+    /// What runs.
+    pub spec: SandboxSpec,
+    /// Current phase.
+    pub phase: SandboxPhase,
+    /// Current (or last) execution.
+    pub execution: Execution,
+    /// Detail of the last failure.
+    pub message: Option<String>,
+    /// Operation in flight, if any.
+    pub operation: Option<Operation>,
+}
+
+/// The whole replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Workspaces by name.
+    pub workspaces: BTreeMap<String, Workspace>,
+    /// Sandboxes by id.
+    pub sandboxes: BTreeMap<String, Sandbox>,
+    /// workspace name -> sandbox name -> sandbox id.
+    pub names: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl State {
+    /// The initial state every replica starts from: only the `default`
+    /// workspace.
+    pub fn new() -> Self {
+        let default = Workspace {
+            id: DEFAULT_WORKSPACE_ID.to_string(),
+            name: DEFAULT_WORKSPACE.to_string(),
+            phase: WorkspacePhase::Active,
+            resource_version: 0,
+            created_at_ms: 0,
+        };
+        State {
+            workspaces: BTreeMap::from([(DEFAULT_WORKSPACE.to_string(), default)]),
+            sandboxes: BTreeMap::new(),
+            names: BTreeMap::from([(DEFAULT_WORKSPACE.to_string(), BTreeMap::new())]),
+        }
+    }
+
+    /// The sandbox a name resolves to now.
+    pub fn sandbox_by_name(&self, workspace: &str, name: &str) -> Option<&Sandbox> {
+        let id = self.names.get(workspace)?.get(name)?;
+        self.sandboxes.get(id)
+    }
+
+    /// Number of sandboxes in a workspace.
+    pub fn sandbox_count(&self, workspace: &str) -> usize {
+        self.names.get(workspace).map_or(0, BTreeMap::len)
+    }
+
+    /// Sandboxes with an operation in flight, for the effect executor.
+    pub fn pending_operations(&self) -> impl Iterator<Item = (&Sandbox, &Operation)> {
+        self.sandboxes
+            .values()
+            .filter_map(|sandbox| sandbox.operation.as_ref().map(|op| (sandbox, op)))
+    }
+
+    /// Panics if an invariant of the state is broken. Cheap enough to run in
+    /// tests after every step; `apply` checks the touched sandbox itself.
+    pub fn assert_invariants(&self) {
+        assert!(
+            self.workspaces.contains_key(DEFAULT_WORKSPACE),
+            "the default workspace must always exist"
+        );
+        assert_eq!(
+            self.workspaces.keys().collect::<Vec<_>>(),
+            self.names.keys().collect::<Vec<_>>(),
+            "every workspace has exactly one name index"
+        );
+        let mut indexed = 0;
+        for (workspace, names) in &self.names {
+            for (name, id) in names {
+                let sandbox = self
+                    .sandboxes
+                    .get(id)
+                    .unwrap_or_else(|| panic!("name {workspace}/{name} points at missing id {id}"));
+                assert_eq!(
+                    (&sandbox.workspace, &sandbox.name),
+                    (workspace, name),
+                    "name index disagrees with sandbox {id}"
+                );
+                indexed += 1;
+            }
+        }
+        assert_eq!(
+            indexed,
+            self.sandboxes.len(),
+            "every sandbox is named exactly once"
+        );
+        for sandbox in self.sandboxes.values() {
+            assert_sandbox_invariants(sandbox);
+        }
+    }
+}
+
+/// Panics if a sandbox's own invariants are broken.
+pub(crate) fn assert_sandbox_invariants(sandbox: &Sandbox) {
+    assert!(!sandbox.id.is_empty(), "a sandbox always has an id");
+    assert!(sandbox.execution.generation >= 1, "generation starts at 1");
+    let expected_operation = match sandbox.phase {
+        SandboxPhase::Provisioning => Some(OperationKind::Create),
+        SandboxPhase::Stopping => Some(OperationKind::Stop),
+        SandboxPhase::Starting => Some(OperationKind::Start),
+        SandboxPhase::Deleting => Some(OperationKind::Delete),
+        _ => None,
+    };
+    assert_eq!(
+        sandbox.operation.as_ref().map(|op| op.kind),
+        expected_operation,
+        "sandbox {} in phase {:?} has operation {:?}",
+        sandbox.id,
+        sandbox.phase,
+        sandbox.operation
+    );
+    if let Some(op) = &sandbox.operation {
+        assert_eq!(
+            op.generation, sandbox.execution.generation,
+            "an operation targets the current execution"
+        );
+    }
+}

@@ -1,0 +1,22 @@
+//! Generated gRPC types: the public `palisade.v1` API and the internal
+//! `palisade.peer.v1` messages that replicas exchange.
+//!
+//! The `.proto` files beside this crate are the source of truth; this crate
+//! only compiles them (with a vendored `protoc`, so no system install is
+//! needed) and re-exports the generated modules.
+
+/// The public API (`palisade.v1`).
+#[allow(missing_docs, clippy::all)]
+pub mod v1 {
+    tonic::include_proto!("palisade.v1");
+}
+
+/// Replica-to-replica messages (`palisade.peer.v1`): Raft RPCs and forwarded
+/// client writes. Not a public API.
+#[allow(missing_docs, clippy::all)]
+pub mod peer {
+    tonic::include_proto!("palisade.peer.v1");
+}
+
+/// The gRPC error domain of every `google.rpc.ErrorInfo` Palisade returns.
+pub const ERROR_DOMAIN: &str = "palisade.dev";

@@ -1,0 +1,30 @@
+//! openraft glue for Palisade: the type config, the state machine adapter
+//! that feeds committed entries to [`palisade_lifecycle::apply()`], the peer
+//! transport over tonic, and node bootstrap.
+//!
+//! # Key decision
+//!
+//! The state machine keeps the lifecycle [`State`](palisade_lifecycle::State)
+//! in memory and makes it durable through the Raft log plus snapshots: on
+//! restart openraft re-applies committed entries after the last snapshot
+//! (the committed log id is persisted by the log store). Apply is therefore
+//! a pure in-memory step, which keeps it deterministic and fast.
+//!
+//! # Layout
+//!
+//! - [`types`]: `TypeConfig` and the aliases everyone uses.
+//! - [`state_machine`]: `LifecycleStateMachine`, apply and snapshots, and the
+//!   shared read handle the gateway reads state through.
+//! - [`network`]: the client side of the peer transport.
+//! - [`peer_service`]: the server side (`palisade.peer.v1.RaftPeer`).
+#![deny(missing_docs)]
+
+pub mod network;
+pub mod peer_service;
+pub mod state_machine;
+pub mod types;
+
+pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
+pub use peer_service::PeerService;
+pub use state_machine::{LifecycleStateMachine, StateHandle};
+pub use types::*;

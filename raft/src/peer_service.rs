@@ -1,0 +1,505 @@
+//! The server side of the peer transport: [`PeerService`] implements
+//! `palisade.peer.v1.RaftPeer` by handing each message to this replica's
+//! [`Raft`] and sending back what it answered.
+//!
+//! # What it owns
+//!
+//! - Who may talk to this replica. A message is refused with
+//!   FAILED_PRECONDITION when its `to_node` is not this replica (the
+//!   membership maps that node to our address), and with PERMISSION_DENIED
+//!   when its `from_node` is neither a voter nor a learner of this replica's
+//!   effective or committed membership. Two exceptions: a message from this
+//!   replica itself, and any message while this replica has no membership at
+//!   all — a pristine replica must accept the first Vote/AppendEntries from
+//!   whichever node initialized the cluster, and learns the membership from
+//!   it. A replica learns of a new member when it replicates the membership
+//!   entry that adds it; until then that member's messages are refused and
+//!   its sender backs off and retries.
+//! - Reassembling snapshots: chunks are collected up to the size the first
+//!   chunk announced (at most [`SNAPSHOT_BYTES_MAX`]) and installed only when
+//!   exactly that many bytes arrived, so a transfer cut short is never
+//!   installed.
+//!
+//! # Decisions
+//!
+//! - The membership check reads openraft's server metrics (a watch channel:
+//!   no round trip to the Raft core per message). Only when the metrics show
+//!   no membership does it ask the core itself, because right after a
+//!   restart the metrics may not be published yet and must not be mistaken
+//!   for "pristine".
+//! - Replies carry the whole `Result` of the `Raft` call, serialized (see
+//!   [`network`](crate::network)), so the sender rebuilds openraft's own
+//!   errors. gRPC statuses are kept for refusals by the transport itself.
+//! - Streams end when the Raft stops. A leader's replication stream sits
+//!   idle between writes; if it outlived the Raft, the tonic server's
+//!   graceful shutdown would wait for it forever. So shut a replica down
+//!   Raft first (`raft.shutdown()`), then its server.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use openraft::async_runtime::WatchReceiver as _;
+use openraft::metrics::RaftServerMetrics;
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::type_config::alias::WatchReceiverOf;
+use palisade_lifecycle::Command;
+use palisade_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
+use palisade_proto::peer::{PeerMessage, SnapshotChunk};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::network::{
+    AppendReply, ForwardWriteReply, PEER_MESSAGE_BYTES_MAX, ReadIndexReply, SNAPSHOT_BYTES_MAX,
+    SnapshotHeader, SnapshotReply, StreamAppendReply, TransferLeaderReply, VoteReply, decode,
+    encode,
+};
+use crate::types::{NodeId, Raft, Snapshot, StoredMembership, TypeConfig};
+
+/// Snapshots this replica receives at once. Each is held in memory until
+/// installed; two let a new leader's transfer start while a deposed
+/// leader's is still winding down.
+pub const SNAPSHOT_RECEIVES_CONCURRENT_MAX: usize = 2;
+
+/// Longest wait for the next chunk of a snapshot being received before the
+/// transfer is abandoned (and its memory freed).
+pub const SNAPSHOT_CHUNK_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// The `palisade.peer.v1.RaftPeer` service of one replica.
+#[derive(Clone)]
+pub struct PeerService {
+    raft: Raft,
+    senders: SenderCheck,
+    /// Bounds concurrent snapshot receptions (and so their memory).
+    snapshot_receives: Arc<Semaphore>,
+}
+
+impl PeerService {
+    /// The peer service of the replica `raft` runs.
+    pub fn new(raft: Raft) -> Self {
+        let senders = SenderCheck {
+            node_id: *raft.node_id(),
+            metrics: raft.server_metrics(),
+            raft: raft.clone(),
+        };
+        Self {
+            raft,
+            senders,
+            snapshot_receives: Arc::new(Semaphore::new(SNAPSHOT_RECEIVES_CONCURRENT_MAX)),
+        }
+    }
+
+    /// The tonic service to add to a server, with the same message size
+    /// limit as the peers' clients.
+    pub fn into_server(self) -> RaftPeerServer<Self> {
+        RaftPeerServer::new(self)
+            .max_decoding_message_size(PEER_MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(PEER_MESSAGE_BYTES_MAX)
+    }
+
+    fn node_id(&self) -> NodeId {
+        self.senders.node_id
+    }
+
+    /// Admits the sender and decodes the payload; returns the sender's id.
+    async fn open<T: DeserializeOwned>(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<(NodeId, T), Status> {
+        let message = request.into_inner();
+        self.senders
+            .admit(message.from_node, message.to_node)
+            .await?;
+        let body = decode(&message.payload).map_err(|error| undecodable("payload", &error))?;
+        Ok((message.from_node, body))
+    }
+
+    /// Collects a snapshot transfer: the sender's id, the header, and exactly
+    /// the announced bytes. A stream that breaks or ends early is an error.
+    async fn receive_snapshot(
+        &self,
+        mut chunks: Streaming<SnapshotChunk>,
+    ) -> Result<(NodeId, SnapshotHeader, Vec<u8>), Status> {
+        let first = next_chunk(&mut chunks)
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
+        let (from, to) = (first.from_node, first.to_node);
+        self.senders.admit(from, to).await?;
+        let header: SnapshotHeader =
+            decode(&first.header).map_err(|error| undecodable("snapshot header", &error))?;
+        if header.size_bytes > SNAPSHOT_BYTES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "snapshot of {} bytes exceeds this replica's {SNAPSHOT_BYTES_MAX}-byte limit",
+                header.size_bytes
+            )));
+        }
+        // Bounded by SNAPSHOT_BYTES_MAX just above, from an admitted member.
+        let size = usize::try_from(header.size_bytes)
+            .map_err(|_| Status::invalid_argument("snapshot size does not fit in memory"))?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(size).map_err(|_| {
+            Status::resource_exhausted(format!("cannot allocate {size} bytes for a snapshot"))
+        })?;
+
+        let mut chunk = Some(first);
+        let mut is_first = true;
+        while let Some(piece) = chunk {
+            if !is_first {
+                if piece.from_node != from || piece.to_node != to {
+                    return Err(Status::invalid_argument(
+                        "snapshot chunks from different senders in one stream",
+                    ));
+                }
+                if !piece.header.is_empty() {
+                    return Err(Status::invalid_argument("snapshot header on a later chunk"));
+                }
+            }
+            if piece.data.len() > size - data.len() {
+                return Err(Status::invalid_argument(format!(
+                    "snapshot stream carries more than the announced {size} bytes"
+                )));
+            }
+            data.extend_from_slice(&piece.data);
+            is_first = false;
+            chunk = next_chunk(&mut chunks).await?;
+        }
+        if data.len() != size {
+            return Err(Status::invalid_argument(format!(
+                "snapshot stream ended after {} of {size} bytes; nothing installed",
+                data.len()
+            )));
+        }
+
+        Ok((from, header, data))
+    }
+
+    /// Resolves once this replica's Raft core has stopped (its metrics
+    /// channel closes with it).
+    fn raft_stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut metrics = self.raft.server_metrics();
+        async move { while metrics.changed().await.is_ok() {} }
+    }
+
+    fn reply<T: Serialize>(&self, to_node: NodeId, body: &T) -> Response<PeerMessage> {
+        Response::new(PeerMessage {
+            from_node: self.node_id(),
+            to_node,
+            payload: encode(body),
+        })
+    }
+}
+
+fn undecodable(what: &str, error: &serde_json::Error) -> Status {
+    Status::invalid_argument(format!(
+        "undecodable {what} (is the sender another Palisade version?): {error}"
+    ))
+}
+
+/// Decides whether a message's sender may talk to this replica.
+#[derive(Clone)]
+struct SenderCheck {
+    node_id: NodeId,
+    metrics: WatchReceiverOf<TypeConfig, RaftServerMetrics<TypeConfig>>,
+    raft: Raft,
+}
+
+/// Where the sender stands in this replica's membership.
+enum Standing {
+    Member,
+    Stranger,
+    /// This replica has no membership at all.
+    NoMembership,
+}
+
+fn standing(
+    effective: &StoredMembership,
+    committed: &StoredMembership,
+    sender: NodeId,
+) -> Standing {
+    let knows = |stored: &StoredMembership| stored.membership().get_node(&sender).is_some();
+    let is_empty = |stored: &StoredMembership| stored.membership().nodes().next().is_none();
+    if knows(effective) || knows(committed) {
+        Standing::Member
+    } else if is_empty(effective) && is_empty(committed) {
+        Standing::NoMembership
+    } else {
+        Standing::Stranger
+    }
+}
+
+impl SenderCheck {
+    async fn admit(&self, from_node: NodeId, to_node: NodeId) -> Result<(), Status> {
+        if to_node != self.node_id {
+            return Err(Status::failed_precondition(format!(
+                "this is node {}, not node {to_node}: the membership maps node {to_node} to \
+                 this replica's address; correct that node's address",
+                self.node_id
+            )));
+        }
+        if from_node == self.node_id {
+            return Ok(());
+        }
+        let seen = {
+            let metrics = self.metrics.borrow_watched();
+            standing(
+                &metrics.membership_config,
+                &metrics.committed_membership_config,
+                from_node,
+            )
+        };
+        let standing = match seen {
+            Standing::NoMembership => {
+                // Pristine, or just restarted with metrics not yet published:
+                // ask the Raft core, which knows.
+                self.raft
+                    .with_raft_state(move |state| {
+                        let memberships = &state.membership_state;
+                        standing(memberships.effective(), memberships.committed(), from_node)
+                    })
+                    .await
+                    .map_err(|fatal| {
+                        Status::unavailable(format!(
+                            "node {}'s Raft has stopped: {fatal}",
+                            self.node_id
+                        ))
+                    })?
+            }
+            known => known,
+        };
+        match standing {
+            Standing::Member | Standing::NoMembership => Ok(()),
+            Standing::Stranger => {
+                tracing::warn!(
+                    node_id = self.node_id,
+                    from_node,
+                    "refused a peer message from a non-member"
+                );
+                Err(Status::permission_denied(format!(
+                    "node {from_node} is neither a voter nor a learner of node {}'s membership; \
+                     add it as a learner first",
+                    self.node_id
+                )))
+            }
+        }
+    }
+}
+
+/// The response stream of `StreamAppend`.
+type AppendReplies = Pin<Box<dyn Stream<Item = Result<PeerMessage, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl RaftPeer for PeerService {
+    async fn append_entries(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, rpc) = self
+            .open::<AppendEntriesRequest<TypeConfig>>(request)
+            .await?;
+        let reply: AppendReply = self.raft.append_entries(rpc).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    type StreamAppendStream = AppendReplies;
+
+    async fn stream_append(
+        &self,
+        request: Request<Streaming<PeerMessage>>,
+    ) -> Result<Response<AppendReplies>, Status> {
+        // Why a request was refused mid-stream; reported after the answers
+        // to the requests before it. A `std` mutex: never held across an
+        // await.
+        let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
+        // The sender, fixed by the first request; every reply goes to it.
+        let requester: Arc<OnceLock<NodeId>> = Arc::default();
+
+        let requests = AppendRequests {
+            incoming: request.into_inner(),
+            senders: self.senders.clone(),
+            refusal: Arc::clone(&refusal),
+            requester: Arc::clone(&requester),
+            raft_stopped: Box::pin(self.raft_stopped()),
+        };
+        let input = futures::stream::unfold(requests, |mut requests| async move {
+            let request = requests.next().await?;
+            Some((request, requests))
+        });
+
+        let node_id = self.node_id();
+        let replies = self
+            .raft
+            .stream_append(input)
+            .map(move |reply: StreamAppendReply| {
+                Ok(PeerMessage {
+                    from_node: node_id,
+                    // A reply exists only for an admitted request, which set it.
+                    to_node: requester.get().copied().unwrap_or_default(),
+                    payload: encode(&reply),
+                })
+            });
+        // No stream outlives the Raft: an idle replication stream would
+        // otherwise keep the server's graceful shutdown waiting forever.
+        let replies = replies.take_until(self.raft_stopped());
+        let refused = futures::stream::once(async move {
+            refusal
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        })
+        .filter_map(|status| futures::future::ready(status.map(Err)));
+        Ok(Response::new(Box::pin(replies.chain(refused))))
+    }
+
+    async fn vote(&self, request: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
+        let (from, rpc) = self.open::<VoteRequest<TypeConfig>>(request).await?;
+        let reply: VoteReply = self.raft.vote(rpc).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, rpc) = self.open::<VoteRequest<TypeConfig>>(request).await?;
+        let reply: VoteReply = self.raft.pre_vote(rpc).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Streaming<SnapshotChunk>>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let _permit = Arc::clone(&self.snapshot_receives)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(format!(
+                    "node {} is already receiving {SNAPSHOT_RECEIVES_CONCURRENT_MAX} snapshots; \
+                     retry later",
+                    self.node_id()
+                ))
+            })?;
+        let stopped = self.raft_stopped();
+        let received = tokio::select! {
+            received = self.receive_snapshot(request.into_inner()) => received?,
+            () = stopped => {
+                return Err(Status::unavailable(format!(
+                    "node {}'s Raft has stopped",
+                    self.node_id()
+                )));
+            }
+        };
+        let (from, header, data) = received;
+        let snapshot = Snapshot {
+            meta: header.meta,
+            snapshot: data,
+        };
+        let reply: SnapshotReply = self.raft.install_full_snapshot(header.vote, snapshot).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, rpc) = self
+            .open::<TransferLeaderRequest<TypeConfig>>(request)
+            .await?;
+        let reply: TransferLeaderReply = self.raft.handle_transfer_leader(rpc).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    async fn forward_write(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, command) = self.open::<Command>(request).await?;
+        tracing::debug!(
+            node_id = self.node_id(),
+            from_node = from,
+            command = command.name(),
+            "forwarded write"
+        );
+        let reply: ForwardWriteReply = self.raft.client_write(command).await;
+        Ok(self.reply(from, &reply))
+    }
+
+    async fn read_index(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, ()) = self.open::<()>(request).await?;
+        let reply: ReadIndexReply = self
+            .raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map(|read_log_id| read_log_id.index())
+            .map_err(|error| error.to_string());
+        Ok(self.reply(from, &reply))
+    }
+}
+
+/// The request side of one `StreamAppend`: admitted, decoded requests.
+struct AppendRequests {
+    incoming: Streaming<PeerMessage>,
+    senders: SenderCheck,
+    refusal: Arc<Mutex<Option<Status>>>,
+    requester: Arc<OnceLock<NodeId>>,
+    /// Ends the input when the Raft stops: openraft's reader task holds the
+    /// input until it ends, and with it the HTTP/2 stream.
+    raft_stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl AppendRequests {
+    async fn next(&mut self) -> Option<AppendEntriesRequest<TypeConfig>> {
+        let received = tokio::select! {
+            received = self.incoming.message() => received,
+            () = &mut self.raft_stopped => return None,
+        };
+        let message = match received {
+            Ok(Some(message)) => message,
+            Ok(None) => return None,
+            Err(status) => {
+                tracing::debug!(%status, "append stream from a peer broke");
+                return None;
+            }
+        };
+        let admitted = match self.requester.get() {
+            Some(&first) if first != message.from_node => Err(Status::invalid_argument(format!(
+                "append stream opened by node {first} carried a message from node {}",
+                message.from_node
+            ))),
+            _ => self.senders.admit(message.from_node, message.to_node).await,
+        };
+        let request = admitted.and_then(|()| {
+            decode::<AppendEntriesRequest<TypeConfig>>(&message.payload)
+                .map_err(|error| undecodable("AppendEntries request", &error))
+        });
+        match request {
+            Ok(request) => {
+                self.requester.get_or_init(|| message.from_node);
+                Some(request)
+            }
+            Err(status) => {
+                *self.refusal.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+                None
+            }
+        }
+    }
+}
+
+/// The next snapshot chunk; `None` at the end of the stream. A stream that
+/// broke (the sender gave up) is an error, never an end.
+async fn next_chunk(
+    chunks: &mut Streaming<SnapshotChunk>,
+) -> Result<Option<SnapshotChunk>, Status> {
+    match tokio::time::timeout(SNAPSHOT_CHUNK_WAIT_MAX, chunks.message()).await {
+        Err(_elapsed) => Err(Status::deadline_exceeded(format!(
+            "no snapshot chunk for {SNAPSHOT_CHUNK_WAIT_MAX:?}; transfer abandoned"
+        ))),
+        Ok(chunk) => chunk,
+    }
+}

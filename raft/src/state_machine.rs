@@ -1,0 +1,276 @@
+//! `LifecycleStateMachine`: openraft's state machine, backed by the pure
+//! lifecycle core, and `StateHandle`, the read side the gateway uses.
+//!
+//! The state lives in memory behind a `std::sync::RwLock`: every critical
+//! section is short and never awaits, so a blocking lock is cheaper and
+//! simpler than an async one. Durability comes from the Raft log (committed
+//! entries are re-applied after a restart) and from snapshots written
+//! atomically by [`palisade_storage::SnapshotFiles`]. Every applied index is
+//! published on a `watch` channel so request handlers and the effect
+//! executor wake up when the state moves.
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use openraft::entry::RaftEntry;
+use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend};
+use palisade_lifecycle::{LogPosition, Outcome, State};
+use palisade_storage::SnapshotFiles;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+
+/// Everything the state machine holds: the lifecycle state plus the Raft
+/// bookkeeping that must move with it atomically.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppliedState {
+    /// The lifecycle state.
+    pub state: State,
+    /// Last log id applied to `state`.
+    pub last_applied: Option<LogId>,
+    /// Last membership applied.
+    pub membership: StoredMembership,
+}
+
+struct Shared {
+    applied: RwLock<AppliedState>,
+    /// Applied index, published after every apply batch and snapshot install.
+    applied_index: watch::Sender<u64>,
+}
+
+/// Read access to the replica's applied state, cheap to clone.
+#[derive(Clone)]
+pub struct StateHandle {
+    shared: Arc<Shared>,
+}
+
+impl StateHandle {
+    /// Runs `read` on the applied state. Keep it short: apply waits for it.
+    pub fn read<T>(&self, read: impl FnOnce(&AppliedState) -> T) -> T {
+        let guard = self
+            .shared
+            .applied
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        read(&guard)
+    }
+
+    /// Index of the last applied log entry (0 before any).
+    pub fn applied_index(&self) -> u64 {
+        *self.shared.applied_index.borrow()
+    }
+
+    /// A receiver that changes whenever the applied index moves.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.applied_index.subscribe()
+    }
+
+    /// Waits until the applied index reaches `index`.
+    pub async fn wait_applied(&self, index: u64) {
+        let mut receiver = self.subscribe();
+        // An error means the state machine is gone (shutdown): stop waiting.
+        let _ = receiver.wait_for(|applied| *applied >= index).await;
+    }
+}
+
+/// openraft's state machine for Palisade.
+pub struct LifecycleStateMachine {
+    shared: Arc<Shared>,
+    snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
+}
+
+impl LifecycleStateMachine {
+    /// Opens the state machine whose snapshots live in `snapshot_dir`,
+    /// restoring the last snapshot if there is one.
+    pub fn open(snapshot_dir: &Path) -> io::Result<Self> {
+        let snapshots = SnapshotFiles::<SnapshotMeta>::open(snapshot_dir)?;
+        let applied = match snapshots.load()? {
+            Some((meta, data)) => {
+                let state: State = serde_json::from_slice(&data).map_err(|error| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "snapshot in {} does not decode: {error}",
+                            snapshot_dir.display()
+                        ),
+                    )
+                })?;
+                state.assert_invariants();
+                AppliedState {
+                    state,
+                    last_applied: meta.last_log_id,
+                    membership: meta.last_membership,
+                }
+            }
+            None => AppliedState::default(),
+        };
+        let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
+        let (applied_index, _) = watch::channel(index);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                applied: RwLock::new(applied),
+                applied_index,
+            }),
+            snapshots: Arc::new(snapshots),
+        })
+    }
+
+    /// The read handle for the gateway.
+    pub fn handle(&self) -> StateHandle {
+        StateHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
+        self.shared
+            .applied
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn encode_state(state: &State) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(state).map_err(io::Error::other)
+}
+
+/// Builds a snapshot from a copy of the state taken under the read lock, so
+/// serialization and the disk write run concurrently with apply.
+pub struct LifecycleSnapshotBuilder {
+    shared: Arc<Shared>,
+    snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let copy = {
+            let guard = self
+                .shared
+                .applied
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            guard.clone()
+        };
+        let snapshots = self.snapshots.clone();
+        tokio::task::spawn_blocking(move || {
+            let data = encode_state(&copy.state)?;
+            let meta = SnapshotMeta {
+                last_log_id: copy.last_applied,
+                last_membership: copy.membership,
+            };
+            snapshots.save(&meta, &data)?;
+            Ok(Snapshot {
+                meta,
+                snapshot: data,
+            })
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = LifecycleSnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let guard = self.handle();
+        Ok(guard.read(|applied| (applied.last_applied, applied.membership.clone())))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: futures::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>>
+            + Unpin
+            + OptionalSend,
+    {
+        let mut last_index = None;
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            let log_id = entry.log_id();
+            let response = {
+                let mut guard = self.write();
+                let response = match &entry.payload {
+                    EntryPayload::Normal(command) => {
+                        let position = LogPosition {
+                            index: log_id.index,
+                            term: log_id.leader_id.term,
+                        };
+                        palisade_lifecycle::apply(&mut guard.state, position, command)
+                    }
+                    EntryPayload::Membership(membership) => {
+                        guard.membership = StoredMembership::new(Some(log_id), membership.clone());
+                        Ok(Outcome::NotACommand)
+                    }
+                    EntryPayload::Blank => Ok(Outcome::NotACommand),
+                };
+                guard.last_applied = Some(log_id);
+                response
+            };
+            last_index = Some(log_id.index);
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
+        }
+        if let Some(index) = last_index {
+            self.shared.applied_index.send_replace(index);
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        LifecycleSnapshotBuilder {
+            shared: self.shared.clone(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Self::SnapshotData,
+    ) -> Result<(), io::Error> {
+        let state: State = serde_json::from_slice(&snapshot).map_err(|error| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("received snapshot does not decode: {error}"),
+            )
+        })?;
+        state.assert_invariants();
+        // Persist first: if we crash after the rename, the restart restores
+        // this snapshot; before it, the old snapshot plus the log.
+        let snapshots = self.snapshots.clone();
+        let (meta_copy, data) = (meta.clone(), snapshot);
+        tokio::task::spawn_blocking(move || snapshots.save(&meta_copy, &data))
+            .await
+            .map_err(io::Error::other)??;
+        let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
+        {
+            let mut guard = self.write();
+            *guard = AppliedState {
+                state,
+                last_applied: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+            };
+        }
+        self.shared.applied_index.send_replace(index);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
+        let snapshots = self.snapshots.clone();
+        let loaded = tokio::task::spawn_blocking(move || snapshots.load())
+            .await
+            .map_err(io::Error::other)??;
+        Ok(loaded.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: data,
+        }))
+    }
+}

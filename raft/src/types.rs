@@ -1,0 +1,38 @@
+//! The openraft type configuration of Palisade and the aliases built on it.
+
+use palisade_lifecycle::{Command, Response};
+
+openraft::declare_raft_types!(
+    /// Palisade's Raft types: lifecycle commands in, lifecycle responses out,
+    /// `u64` node ids, and the standard leader id (one leader per term), so
+    /// that "the term I started in" fences a deposed leader.
+    pub TypeConfig:
+        D = Command,
+        R = Response,
+        NodeId = u64,
+        Node = openraft::impls::BasicNode,
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+);
+
+/// A node id.
+pub type NodeId = u64;
+/// A node's address record in the membership.
+pub type Node = openraft::impls::BasicNode;
+/// The Raft handle of a Palisade replica.
+pub type Raft = openraft::Raft<TypeConfig, crate::state_machine::LifecycleStateMachine>;
+/// A log id.
+pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
+/// A log entry.
+pub type Entry = openraft::alias::EntryOf<TypeConfig>;
+/// A vote.
+pub type Vote = openraft::alias::VoteOf<TypeConfig>;
+/// Snapshot metadata.
+pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
+/// Bytes of a serialized snapshot.
+pub type SnapshotData = Vec<u8>;
+/// A snapshot.
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
+/// Stored membership.
+pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
+/// The committed leader id (term + node).
+pub type LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>;

@@ -1,0 +1,1057 @@
+//! The durable Raft log: entries, vote, committed log id and last purged log
+//! id in one redb database file.
+//!
+//! # Layout of the database
+//!
+//! - table `log`: `u64` log index -> record holding the JSON of the entry;
+//! - table `meta`: name -> record holding the JSON of a value: `vote`,
+//!   `committed`, `last_purged`, and `format` (the version of this layout).
+//!
+//! Every record carries a CRC-32 over its key and payload (see the
+//! crate-private `record` module), verified on every read.
+//!
+//! # Durability
+//!
+//! Every write (append, vote, committed, truncate, purge) is one redb write
+//! transaction committed with [`Durability::Immediate`]: when the commit
+//! returns, the data has been written and fsynced, and survives a process
+//! crash or a power loss (as far as the device honours flushes). Readers only
+//! ever see committed transactions, so an entry becomes readable and durable
+//! at the same moment. `append` therefore calls `io_completed` itself, after
+//! its commit and before it returns.
+//!
+//! Group commit comes from openraft: it hands every entry queued while the
+//! previous write was in flight to one `append` call, and that call is one
+//! transaction and one fsync.
+//!
+//! # Invariants enforced
+//!
+//! The log never has a hole: an append must continue the last entry (or the
+//! last purged log id when the log is empty), and reads fail if they find a
+//! gap. Entries up to the persisted committed index are never truncated.
+//! Violations are errors, which openraft treats as fatal: the replica stops
+//! rather than store or serve a broken log.
+//!
+//! # Threads
+//!
+//! redb calls block (and commits fsync), so every trait method runs its work
+//! on the runtime's blocking pool (`spawn_blocking`), never on an async
+//! worker thread.
+
+use std::fmt;
+use std::fmt::Debug;
+use std::fs;
+use std::io;
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::OptionalSend;
+use openraft::RaftLogReader;
+use openraft::RaftTypeConfig;
+use openraft::alias::LogIdOf;
+use openraft::alias::VoteOf;
+use openraft::entry::RaftEntry;
+use openraft::storage::IOFlushed;
+use openraft::storage::LogState;
+use openraft::storage::RaftLogStorage;
+use openraft::type_config::TypeConfigExt;
+use redb::Database;
+use redb::Durability;
+use redb::ReadableDatabase;
+use redb::ReadableTable;
+use redb::ReadableTableMetadata;
+use redb::TableDefinition;
+use redb::WriteTransaction;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::Corruption;
+use crate::error::LogStoreError;
+use crate::error::RecordKey;
+use crate::record;
+
+/// Name of the database file inside the directory given to [`LogStore::open`].
+pub const LOG_FILE_NAME: &str = "log.redb";
+
+/// Upper bound on the stored bytes of the entries one
+/// `limited_get_log_entries` call returns (the call that feeds replication).
+/// A single entry larger than this is still returned, alone. The peer
+/// transport must accept messages of at least this size plus framing.
+pub const READ_BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Version of the database layout described in the module documentation.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// Memory redb may use to cache pages of the log file. redb's default is 1 GiB;
+/// the log is small (it is purged behind every snapshot) and several replicas
+/// may share a host.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+const LOG_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+const META_VOTE: &str = "vote";
+const META_COMMITTED: &str = "committed";
+const META_LAST_PURGED: &str = "last_purged";
+const META_FORMAT: &str = "format";
+
+/// The open database, shared by the store and all its readers.
+struct Shared {
+    db: Database,
+    path: PathBuf,
+}
+
+/// The durable Raft log of one replica. Implements [`RaftLogStorage`].
+///
+/// There is one `LogStore` per database (redb locks the file, so a second
+/// process opening it gets [`LogStoreError::AlreadyOpen`]); it is the only
+/// writer. Readers are cheap clones, see [`LogStore::reader`].
+pub struct LogStore<C: RaftTypeConfig> {
+    reader: LogReader<C>,
+}
+
+/// A read handle on the log. Implements [`RaftLogReader`].
+///
+/// Cloning shares the open database. Each read is one redb read transaction,
+/// so it sees a consistent snapshot of the log and never blocks the writer.
+/// A reader keeps the database open (and its file locked) while it lives,
+/// even after the [`LogStore`] is dropped.
+pub struct LogReader<C: RaftTypeConfig> {
+    shared: Arc<Shared>,
+    _config: PhantomData<fn() -> C>,
+}
+
+impl<C: RaftTypeConfig> Clone for LogReader<C> {
+    fn clone(&self) -> Self {
+        LogReader {
+            shared: Arc::clone(&self.shared),
+            _config: PhantomData,
+        }
+    }
+}
+
+impl<C: RaftTypeConfig> fmt::Debug for LogReader<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogReader")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl<C: RaftTypeConfig> fmt::Debug for LogStore<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogStore")
+            .field("path", &self.reader.shared.path)
+            .finish()
+    }
+}
+
+impl<C: RaftTypeConfig> LogStore<C> {
+    /// Opens the log in `dir` (creating the directory and the database if
+    /// they do not exist), repairs it if the last shutdown was unclean, and
+    /// checks its shape: format version, first and last entries, contiguity,
+    /// and the metadata records.
+    ///
+    /// Blocking: call it before starting the runtime or from a blocking task.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, LogStoreError> {
+        let dir = dir.as_ref();
+        fs::create_dir_all(dir).map_err(|source| LogStoreError::Directory {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(LOG_FILE_NAME);
+
+        let mut builder = redb::Builder::new();
+        builder.set_cache_size(CACHE_BYTES);
+        let repair_path = path.clone();
+        builder.set_repair_callback(move |session| {
+            tracing::warn!(
+                path = %repair_path.display(),
+                progress = session.progress(),
+                "repairing the log database after an unclean shutdown"
+            );
+        });
+        let db = builder.create(&path).map_err(|source| match source {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                LogStoreError::AlreadyOpen { path: path.clone() }
+            }
+            source => LogStoreError::Open {
+                path: path.clone(),
+                source,
+            },
+        })?;
+        // The file may have just been created: make its directory entry durable.
+        sync_directory(dir)?;
+
+        let shared = Arc::new(Shared { db, path });
+        initialize(&shared)?;
+        let store = LogStore {
+            reader: LogReader {
+                shared,
+                _config: PhantomData,
+            },
+        };
+        let state = store.reader.check_shape()?;
+        tracing::info!(
+            path = %store.path().display(),
+            last_purged_log_id = ?state.last_purged_log_id,
+            last_log_id = ?state.last_log_id,
+            "opened the Raft log"
+        );
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.reader.shared.path
+    }
+
+    /// A read handle sharing this store's database.
+    pub fn reader(&self) -> LogReader<C> {
+        self.reader.clone()
+    }
+
+    /// Reads and verifies every record in the log (checksums, decoding,
+    /// contiguity, nothing at or below the last purged index) and returns the
+    /// number of entries. Blocking; meant for startup checks and tooling.
+    pub fn verify(&self) -> Result<u64, LogStoreError> {
+        self.reader.verify()
+    }
+}
+
+impl<C: RaftTypeConfig> LogReader<C> {
+    /// Reads the entries with index in `start..end` (`end == None`: to the
+    /// end of the log). With `bytes_max`, stops before the entry that would
+    /// bring the stored bytes over it, but always returns at least one entry.
+    fn entries(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        bytes_max: Option<usize>,
+    ) -> Result<Vec<C::Entry>, LogStoreError> {
+        let txn = self.begin_read()?;
+        let log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let range = match end {
+            Some(end) => log.range(start..end),
+            None => log.range(start..),
+        }
+        .map_err(LogStoreError::database("read log entries"))?;
+
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        let mut previous: Option<u64> = None;
+        for item in range {
+            let (key, value) = item.map_err(LogStoreError::database("read log entries"))?;
+            let index = key.value();
+            check_follows(previous, index)?;
+            let stored = value.value();
+            if let Some(bytes_max) = bytes_max
+                && !entries.is_empty()
+                && bytes + stored.len() > bytes_max
+            {
+                break;
+            }
+            bytes += stored.len();
+            entries.push(decode_entry::<C>(index, stored)?);
+            previous = Some(index);
+        }
+        Ok(entries)
+    }
+
+    fn vote(&self) -> Result<Option<VoteOf<C>>, LogStoreError> {
+        let txn = self.begin_read()?;
+        let meta = open_meta_read(&txn)?;
+        read_meta(&meta, META_VOTE)
+    }
+
+    fn committed(&self) -> Result<Option<LogIdOf<C>>, LogStoreError> {
+        let txn = self.begin_read()?;
+        let meta = open_meta_read(&txn)?;
+        read_meta(&meta, META_COMMITTED)
+    }
+
+    fn log_state(&self) -> Result<LogState<C>, LogStoreError> {
+        let txn = self.begin_read()?;
+        let log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let meta = open_meta_read(&txn)?;
+        let last_purged_log_id: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
+        let last = log
+            .last()
+            .map_err(LogStoreError::database("read the last log entry"))?;
+        let last_log_id = match last {
+            Some((key, value)) => Some(decode_entry::<C>(key.value(), value.value())?.log_id()),
+            None => last_purged_log_id.clone(),
+        };
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    /// The cheap checks made at open: the metadata records and the first and
+    /// last entries verify, the entries between them are all there (by
+    /// count), and none is at or below the last purged index. On a count
+    /// mismatch, falls back to a full scan to name the missing index.
+    fn check_shape(&self) -> Result<LogState<C>, LogStoreError> {
+        let txn = self.begin_read()?;
+        let log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let meta = open_meta_read(&txn)?;
+        let _vote: Option<VoteOf<C>> = read_meta(&meta, META_VOTE)?;
+        let _committed: Option<LogIdOf<C>> = read_meta(&meta, META_COMMITTED)?;
+        let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
+
+        let first = log
+            .first()
+            .map_err(LogStoreError::database("read the first log entry"))?
+            .map(|(key, value)| decode_entry::<C>(key.value(), value.value()))
+            .transpose()?;
+        let last = log
+            .last()
+            .map_err(LogStoreError::database("read the last log entry"))?
+            .map(|(key, value)| decode_entry::<C>(key.value(), value.value()))
+            .transpose()?;
+        let count = log
+            .len()
+            .map_err(LogStoreError::database("count log entries"))?;
+
+        if let (Some(first), Some(last)) = (&first, &last) {
+            check_above_purged::<C>(last_purged.as_ref(), first.index())?;
+            if last.index() - first.index() + 1 != count {
+                // Something between them is missing: scan to name it.
+                self.verify()?;
+            }
+        }
+        Ok(LogState {
+            last_log_id: last.map(|entry| entry.log_id()).or(last_purged.clone()),
+            last_purged_log_id: last_purged,
+        })
+    }
+
+    fn verify(&self) -> Result<u64, LogStoreError> {
+        let txn = self.begin_read()?;
+        let log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let meta = open_meta_read(&txn)?;
+        let _vote: Option<VoteOf<C>> = read_meta(&meta, META_VOTE)?;
+        let _committed: Option<LogIdOf<C>> = read_meta(&meta, META_COMMITTED)?;
+        let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
+
+        let mut previous: Option<u64> = None;
+        let mut count = 0u64;
+        for item in log
+            .iter()
+            .map_err(LogStoreError::database("read log entries"))?
+        {
+            let (key, value) = item.map_err(LogStoreError::database("read log entries"))?;
+            let index = key.value();
+            if previous.is_none() {
+                check_above_purged::<C>(last_purged.as_ref(), index)?;
+            }
+            check_follows(previous, index)?;
+            decode_entry::<C>(index, value.value())?;
+            previous = Some(index);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    fn begin_read(&self) -> Result<redb::ReadTransaction, LogStoreError> {
+        self.shared
+            .db
+            .begin_read()
+            .map_err(LogStoreError::database("begin a read transaction"))
+    }
+}
+
+impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<C::Entry>, io::Error> {
+        let Some((start, end)) = index_range(&range) else {
+            return Ok(Vec::new());
+        };
+        let reader = self.clone();
+        run_blocking::<C, _>(move || reader.entries(start, end, None)).await
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<VoteOf<C>>, io::Error> {
+        let reader = self.clone();
+        run_blocking::<C, _>(move || reader.vote()).await
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<C::Entry>, io::Error> {
+        if end <= start {
+            return Ok(Vec::new());
+        }
+        let reader = self.clone();
+        run_blocking::<C, _>(move || reader.entries(start, Some(end), Some(READ_BATCH_BYTES_MAX)))
+            .await
+    }
+}
+
+impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
+    type LogReader = LogReader<C>;
+
+    async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
+        let reader = self.reader();
+        run_blocking::<C, _>(move || reader.log_state()).await
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.reader()
+    }
+
+    async fn save_vote(&mut self, vote: &VoteOf<C>) -> Result<(), io::Error> {
+        let reader = self.reader();
+        let vote = vote.clone();
+        run_blocking::<C, _>(move || {
+            write(&reader.shared, "save the vote", |txn| {
+                let mut meta = open_meta_write(txn)?;
+                write_meta(&mut meta, META_VOTE, &vote)
+            })
+        })
+        .await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
+        let reader = self.reader();
+        run_blocking::<C, _>(move || {
+            write(&reader.shared, "save the committed log id", |txn| {
+                let mut meta = open_meta_write(txn)?;
+                match &committed {
+                    Some(committed) => write_meta(&mut meta, META_COMMITTED, committed),
+                    None => remove_meta(&mut meta, META_COMMITTED),
+                }
+            })
+        })
+        .await
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
+        let reader = self.reader();
+        run_blocking::<C, _>(move || reader.committed()).await
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<C::Entry> = entries.into_iter().collect();
+        if entries.is_empty() {
+            callback.io_completed(Ok(()));
+            return Ok(());
+        }
+        let reader = self.reader();
+        run_blocking::<C, _>(move || append_entries::<C>(&reader.shared, &entries)).await?;
+        // Committed with Durability::Immediate: the entries are on disk.
+        callback.io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
+        tracing::debug!(?last_log_id, "truncating the log after");
+        let reader = self.reader();
+        run_blocking::<C, _>(move || truncate_after::<C>(&reader.shared, last_log_id.as_ref()))
+            .await
+    }
+
+    async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
+        tracing::debug!(?log_id, "purging the log up to");
+        let reader = self.reader();
+        run_blocking::<C, _>(move || purge::<C>(&reader.shared, &log_id)).await
+    }
+}
+
+/// Creates the tables if needed and checks (or records) the format version.
+fn initialize(shared: &Shared) -> Result<(), LogStoreError> {
+    write(shared, "initialize", |txn| {
+        txn.open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("create the log table"))?;
+        let mut meta = open_meta_write(txn)?;
+        match read_meta::<u32>(&meta, META_FORMAT)? {
+            None => write_meta(&mut meta, META_FORMAT, &FORMAT_VERSION),
+            Some(FORMAT_VERSION) => Ok(()),
+            Some(found) => Err(LogStoreError::UnsupportedFormat {
+                path: shared.path.clone(),
+                found,
+            }),
+        }
+    })
+}
+
+/// Appends `entries` in one transaction, after checking that they continue the log.
+fn append_entries<C: RaftTypeConfig>(
+    shared: &Shared,
+    entries: &[C::Entry],
+) -> Result<(), LogStoreError> {
+    write(shared, "append log entries", |txn| {
+        let mut log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let meta = open_meta_write(txn)?;
+        let last_index = log
+            .last()
+            .map_err(LogStoreError::database("read the last log entry"))?
+            .map(|(key, _)| key.value());
+        let mut expected = match last_index {
+            Some(last_index) => Some(last_index + 1),
+            // An empty log continues its last purged log id. A log that was
+            // never written may start anywhere (at a snapshot's end, say).
+            None => read_meta::<LogIdOf<C>>(&meta, META_LAST_PURGED)?.map(|id| id.index() + 1),
+        };
+        for entry in entries {
+            let index = entry.index();
+            if let Some(expected) = expected
+                && index != expected
+            {
+                return Err(LogStoreError::NotContiguous {
+                    expected,
+                    got: index,
+                });
+            }
+            let payload = serde_json::to_vec(entry).map_err(|source| LogStoreError::Encode {
+                record: RecordKey::Entry { index },
+                source,
+            })?;
+            let stored = record::encode(&index.to_be_bytes(), &payload);
+            log.insert(index, stored.as_slice())
+                .map_err(LogStoreError::database("insert a log entry"))?;
+            expected = Some(index + 1);
+        }
+        Ok(())
+    })
+}
+
+fn truncate_after<C: RaftTypeConfig>(
+    shared: &Shared,
+    last_kept: Option<&LogIdOf<C>>,
+) -> Result<(), LogStoreError> {
+    let first_removed = last_kept.map_or(0, |id| id.index() + 1);
+    write(shared, "truncate the log", |txn| {
+        let mut log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let meta = open_meta_write(txn)?;
+        if let Some(committed) = read_meta::<LogIdOf<C>>(&meta, META_COMMITTED)?
+            && committed.index() >= first_removed
+        {
+            return Err(LogStoreError::TruncateCommitted {
+                first_removed,
+                committed: committed.index(),
+            });
+        }
+        log.retain_in(first_removed.., |_, _| false)
+            .map_err(LogStoreError::database("remove log entries"))
+    })
+}
+
+fn purge<C: RaftTypeConfig>(shared: &Shared, upto: &LogIdOf<C>) -> Result<(), LogStoreError> {
+    write(shared, "purge the log", |txn| {
+        let mut log = txn
+            .open_table(LOG_TABLE)
+            .map_err(LogStoreError::database("open the log table"))?;
+        let mut meta = open_meta_write(txn)?;
+        let current = read_meta::<LogIdOf<C>>(&meta, META_LAST_PURGED)?;
+        if current.is_some_and(|current| current.index() >= upto.index()) {
+            // Already purged that far; the last purged log id never moves back.
+            return Ok(());
+        }
+        write_meta(&mut meta, META_LAST_PURGED, upto)?;
+        log.retain_in(..=upto.index(), |_, _| false)
+            .map_err(LogStoreError::database("remove log entries"))
+    })
+}
+
+/// Runs `body` in a write transaction committed with `Durability::Immediate`,
+/// or aborted if `body` fails.
+fn write<T>(
+    shared: &Shared,
+    operation: &'static str,
+    body: impl FnOnce(&WriteTransaction) -> Result<T, LogStoreError>,
+) -> Result<T, LogStoreError> {
+    let mut txn = shared
+        .db
+        .begin_write()
+        .map_err(LogStoreError::database(operation))?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(LogStoreError::database(operation))?;
+    match body(&txn) {
+        Ok(value) => {
+            txn.commit().map_err(LogStoreError::database(operation))?;
+            Ok(value)
+        }
+        Err(error) => {
+            if let Err(abort_error) = txn.abort() {
+                tracing::warn!(%abort_error, operation, "aborting a log transaction failed");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Runs blocking store work on the runtime's blocking pool and converts its
+/// error for openraft.
+async fn run_blocking<C, T>(
+    work: impl FnOnce() -> Result<T, LogStoreError> + Send + 'static,
+) -> Result<T, io::Error>
+where
+    C: RaftTypeConfig,
+    T: Send + 'static,
+{
+    match C::spawn_blocking(work).await? {
+        Ok(value) => Ok(value),
+        Err(error) => {
+            tracing::error!(%error, "Raft log storage failed");
+            Err(io::Error::from(error))
+        }
+    }
+}
+
+fn decode_entry<C: RaftTypeConfig>(index: u64, stored: &[u8]) -> Result<C::Entry, LogStoreError> {
+    let key = RecordKey::Entry { index };
+    let payload =
+        record::decode(&index.to_be_bytes(), stored).map_err(|problem| LogStoreError::Corrupt {
+            record: key,
+            problem,
+        })?;
+    let entry: C::Entry =
+        serde_json::from_slice(payload).map_err(|source| LogStoreError::Undecodable {
+            record: key,
+            source,
+        })?;
+    if entry.index() != index {
+        return Err(LogStoreError::Corrupt {
+            record: key,
+            problem: Corruption::IndexMismatch {
+                found: entry.index(),
+            },
+        });
+    }
+    Ok(entry)
+}
+
+fn check_follows(previous: Option<u64>, index: u64) -> Result<(), LogStoreError> {
+    match previous {
+        Some(previous) if index != previous + 1 => Err(LogStoreError::Corrupt {
+            record: RecordKey::Entry { index },
+            problem: Corruption::Hole { previous },
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn check_above_purged<C: RaftTypeConfig>(
+    last_purged: Option<&LogIdOf<C>>,
+    first_index: u64,
+) -> Result<(), LogStoreError> {
+    match last_purged {
+        Some(purged) if first_index <= purged.index() => Err(LogStoreError::Corrupt {
+            record: RecordKey::Entry { index: first_index },
+            problem: Corruption::BelowPurged {
+                purged: purged.index(),
+            },
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn open_meta_read(
+    txn: &redb::ReadTransaction,
+) -> Result<redb::ReadOnlyTable<&'static str, &'static [u8]>, LogStoreError> {
+    txn.open_table(META_TABLE)
+        .map_err(LogStoreError::database("open the metadata table"))
+}
+
+fn open_meta_write<'txn>(
+    txn: &'txn WriteTransaction,
+) -> Result<redb::Table<'txn, &'static str, &'static [u8]>, LogStoreError> {
+    txn.open_table(META_TABLE)
+        .map_err(LogStoreError::database("open the metadata table"))
+}
+
+fn read_meta<T: DeserializeOwned>(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &'static str,
+) -> Result<Option<T>, LogStoreError> {
+    let record = RecordKey::Meta { name };
+    let Some(stored) = meta
+        .get(name)
+        .map_err(LogStoreError::database("read a metadata record"))?
+    else {
+        return Ok(None);
+    };
+    let payload = record::decode(name.as_bytes(), stored.value())
+        .map_err(|problem| LogStoreError::Corrupt { record, problem })?;
+    let value = serde_json::from_slice(payload)
+        .map_err(|source| LogStoreError::Undecodable { record, source })?;
+    Ok(Some(value))
+}
+
+fn write_meta<T: Serialize>(
+    meta: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    name: &'static str,
+    value: &T,
+) -> Result<(), LogStoreError> {
+    let payload = serde_json::to_vec(value).map_err(|source| LogStoreError::Encode {
+        record: RecordKey::Meta { name },
+        source,
+    })?;
+    let stored = record::encode(name.as_bytes(), &payload);
+    meta.insert(name, stored.as_slice())
+        .map_err(LogStoreError::database("write a metadata record"))?;
+    Ok(())
+}
+
+fn remove_meta(
+    meta: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    name: &'static str,
+) -> Result<(), LogStoreError> {
+    meta.remove(name)
+        .map_err(LogStoreError::database("remove a metadata record"))?;
+    Ok(())
+}
+
+/// Converts any range of log indexes to `start..end` (`end == None`:
+/// unbounded); `None` if the range is empty.
+fn index_range(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
+    let start = match range.start_bound() {
+        Bound::Included(start) => *start,
+        Bound::Excluded(start) => start.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(end) => end.checked_add(1),
+        Bound::Excluded(end) => Some(*end),
+        Bound::Unbounded => None,
+    };
+    match end {
+        Some(end) if end <= start => None,
+        _ => Some((start, end)),
+    }
+}
+
+fn sync_directory(dir: &Path) -> Result<(), LogStoreError> {
+    fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|source| LogStoreError::Directory {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorageExt;
+
+    use super::*;
+    use crate::testing::TestConfig;
+    use crate::testing::blank;
+    use crate::testing::log_id;
+
+    type Store = LogStore<TestConfig>;
+
+    async fn store_with_entries(dir: &Path, indexes: std::ops::Range<u64>) -> Store {
+        let mut store = Store::open(dir).unwrap();
+        store
+            .blocking_append(indexes.map(|index| blank(1, index)))
+            .await
+            .unwrap();
+        store
+    }
+
+    /// Rewrites the stored record of entry `index` with `edit`, bypassing the store.
+    fn edit_record(dir: &Path, index: u64, edit: impl FnOnce(&mut Vec<u8>)) {
+        let db = Database::open(dir.join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut log = txn.open_table(LOG_TABLE).unwrap();
+            let mut stored = log.get(index).unwrap().unwrap().value().to_vec();
+            edit(&mut stored);
+            log.insert(index, stored.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    fn remove_record(dir: &Path, index: u64) {
+        let db = Database::open(dir.join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(LOG_TABLE).unwrap().remove(index).unwrap();
+        txn.commit().unwrap();
+    }
+
+    #[tokio::test]
+    async fn corrupted_entry_is_an_error_naming_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..5).await);
+        // Flip one bit in the middle of entry 3's JSON.
+        edit_record(dir.path(), 3, |stored| {
+            let middle = stored.len() / 2;
+            stored[middle] ^= 0x01;
+        });
+
+        // Open checks only the first and last entries, so it succeeds.
+        let store = Store::open(dir.path()).unwrap();
+        let mut reader = store.reader();
+
+        let error = reader.try_get_log_entries(0..5).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            error
+                .to_string()
+                .contains("log entry at index 3 is corrupt"),
+            "{error}"
+        );
+        assert!(error.to_string().contains("checksum mismatch"), "{error}");
+        let typed = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<LogStoreError>());
+        assert!(
+            matches!(
+                typed,
+                Some(LogStoreError::Corrupt {
+                    record: RecordKey::Entry { index: 3 },
+                    problem: Corruption::Checksum { .. },
+                })
+            ),
+            "{typed:?}"
+        );
+
+        // The single entry is refused too, never returned.
+        assert!(reader.try_get_log_entries(3..4).await.is_err());
+        // Entries around it still read.
+        assert_eq!(reader.try_get_log_entries(0..3).await.unwrap().len(), 3);
+        assert_eq!(reader.try_get_log_entries(4..).await.unwrap().len(), 1);
+        // The full scan names it.
+        assert!(matches!(
+            store.verify(),
+            Err(LogStoreError::Corrupt {
+                record: RecordKey::Entry { index: 3 },
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn corrupted_last_entry_refuses_open() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..5).await);
+        edit_record(dir.path(), 4, |stored| stored[0] ^= 0x80);
+
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LogStoreError::Corrupt {
+                    record: RecordKey::Entry { index: 4 },
+                    problem: Corruption::Checksum { .. },
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn entry_moved_under_another_index_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..5).await);
+        let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut log = txn.open_table(LOG_TABLE).unwrap();
+            let two = log.get(2).unwrap().unwrap().value().to_vec();
+            log.insert(1, two.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+
+        let mut reader = Store::open(dir.path()).unwrap().reader();
+        let error = reader.try_get_log_entries(..).await.unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("log entry at index 1 is corrupt"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn hole_refuses_open_and_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..5).await);
+        remove_record(dir.path(), 2);
+
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LogStoreError::Corrupt {
+                    record: RecordKey::Entry { index: 3 },
+                    problem: Corruption::Hole { previous: 1 },
+                }
+            ),
+            "{error}"
+        );
+        assert!(error.to_string().contains("move its data directory aside"));
+    }
+
+    #[tokio::test]
+    async fn corrupted_vote_refuses_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = Store::open(dir.path()).unwrap();
+            store.save_vote(&openraft::Vote::new(3, 1)).await.unwrap();
+        }
+        let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META_TABLE).unwrap();
+            let mut stored = meta.get(META_VOTE).unwrap().unwrap().value().to_vec();
+            let last = stored.len() - 1;
+            stored[last] ^= 0x04;
+            meta.insert(META_VOTE, stored.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+        drop(db);
+
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("log metadata record `vote` is corrupt"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn state_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut store = store_with_entries(dir.path(), 0..10).await;
+            store.save_vote(&openraft::Vote::new(2, 7)).await.unwrap();
+            store.save_committed(Some(log_id(1, 6))).await.unwrap();
+            store.purge(log_id(1, 3)).await.unwrap();
+        }
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap(),
+            LogState {
+                last_purged_log_id: Some(log_id(1, 3)),
+                last_log_id: Some(log_id(1, 9)),
+            }
+        );
+        assert_eq!(
+            store.reader().read_vote().await.unwrap(),
+            Some(openraft::Vote::new(2, 7))
+        );
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 6)));
+        let entries = store.reader().try_get_log_entries(..).await.unwrap();
+        let indexes: Vec<u64> = entries.iter().map(|entry| entry.index()).collect();
+        assert_eq!(indexes, (4..10).collect::<Vec<_>>());
+        assert_eq!(store.verify().unwrap(), 6);
+    }
+
+    #[tokio::test]
+    async fn append_that_leaves_a_hole_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_with_entries(dir.path(), 0..3).await;
+
+        let error = store.blocking_append([blank(1, 4)]).await.unwrap_err();
+        assert!(error.to_string().contains("next index is 3"), "{error}");
+        // A batch with a gap inside is refused whole.
+        assert!(
+            store
+                .blocking_append([blank(1, 3), blank(1, 5)])
+                .await
+                .is_err()
+        );
+        // Overwriting without truncating first is refused too.
+        assert!(store.blocking_append([blank(2, 2)]).await.is_err());
+        assert_eq!(store.verify().unwrap(), 3);
+
+        // After a purge past the end, the log continues after the purged id.
+        store.purge(log_id(1, 7)).await.unwrap();
+        assert!(store.blocking_append([blank(1, 9)]).await.is_err());
+        store.blocking_append([blank(1, 8)]).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn committed_entries_are_never_truncated() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_with_entries(dir.path(), 0..5).await;
+        store.save_committed(Some(log_id(1, 2))).await.unwrap();
+
+        let error = store.truncate_after(Some(log_id(1, 1))).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("committed index 2"), "{error}");
+
+        store.truncate_after(Some(log_id(1, 2))).await.unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(1, 2))
+        );
+    }
+
+    #[tokio::test]
+    async fn limited_read_is_bounded_by_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let big = "x".repeat(READ_BATCH_BYTES_MAX / 3);
+        let entries = (0..6).map(|index| {
+            <TestConfig as RaftTypeConfig>::Entry::new_normal(log_id(1, index), big.clone())
+        });
+        store.blocking_append(entries).await.unwrap();
+
+        let mut reader = store.reader();
+        let first = reader.limited_get_log_entries(0, 6).await.unwrap();
+        assert_eq!(first.len(), 2);
+        let next = reader.limited_get_log_entries(2, 6).await.unwrap();
+        assert_eq!(next.len(), 2);
+        assert_eq!(next[0].index(), 2);
+        // Unlimited reads return everything.
+        assert_eq!(reader.try_get_log_entries(0..6).await.unwrap().len(), 6);
+    }
+
+    #[tokio::test]
+    async fn second_open_of_the_same_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _store = Store::open(dir.path()).unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(error, LogStoreError::AlreadyOpen { .. }),
+            "{error}"
+        );
+        assert_eq!(error.io_kind(), io::ErrorKind::ResourceBusy);
+    }
+
+    #[test]
+    fn index_ranges() {
+        assert_eq!(index_range(&(3..3)), None);
+        assert_eq!(index_range(&(Bound::Included(3), Bound::Excluded(2))), None);
+        assert_eq!(index_range(&(3..4)), Some((3, Some(4))));
+        assert_eq!(index_range(&(3..=3)), Some((3, Some(4))));
+        assert_eq!(index_range(&(3..)), Some((3, None)));
+        assert_eq!(index_range(&(..)), Some((0, None)));
+        assert_eq!(index_range(&(..=u64::MAX)), Some((0, None)));
+        assert_eq!(
+            index_range(&(Bound::Excluded(u64::MAX), Bound::Unbounded)),
+            None
+        );
+    }
+}

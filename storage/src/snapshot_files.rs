@@ -1,0 +1,514 @@
+//! The state machine's current snapshot on disk: one file, replaced
+//! atomically, checksummed.
+//!
+//! [`SnapshotFiles::save`] writes a temporary file, fsyncs it, renames it over
+//! the current snapshot and fsyncs the directory. A crash at any point leaves
+//! either the old snapshot or the new one, never a mix; a leftover temporary
+//! file is deleted by [`SnapshotFiles::open`]. The raft crate uses this for
+//! `install_snapshot` (which must be atomic across a crash), for
+//! `get_current_snapshot`, and to restore the state machine on restart.
+//!
+//! # File format
+//!
+//! All integers little-endian:
+//!
+//! | bytes      | content                                                   |
+//! |------------|-----------------------------------------------------------|
+//! | 4          | magic `PSNP`                                              |
+//! | 4          | format version, `1`                                       |
+//! | 8          | length of the metadata                                    |
+//! | 8          | length of the data                                        |
+//! | 4          | CRC-32 of the 24 bytes above, the metadata and the data   |
+//! | metadata   | JSON of the caller's metadata type                        |
+//! | data       | the snapshot bytes, opaque to this crate                  |
+//!
+//! The lengths are checked against the file's size before anything is
+//! allocated, so a damaged header cannot make `load` allocate wildly.
+//!
+//! # Blocking
+//!
+//! Both `save` and `load` do blocking file IO (and `save` fsyncs): call them
+//! from a blocking task.
+
+use std::fmt;
+use std::fs;
+use std::fs::File;
+use std::io;
+use std::io::Read;
+use std::io::Write;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Name of the current snapshot file inside the snapshot directory.
+pub const SNAPSHOT_FILE_NAME: &str = "snapshot";
+
+/// Name of the file a snapshot is written to before it replaces the current one.
+const TEMPORARY_FILE_NAME: &str = "snapshot.tmp";
+
+const MAGIC: [u8; 4] = *b"PSNP";
+const FORMAT_VERSION: u32 = 1;
+/// Magic, version and the two lengths: the part of the header the checksum covers.
+const HEADER_FIELDS_BYTES: usize = 4 + 4 + 8 + 8;
+const HEADER_BYTES: usize = HEADER_FIELDS_BYTES + 4;
+
+/// The current snapshot of one replica's state machine, stored in a
+/// directory. `M` is the snapshot metadata type (openraft's `SnapshotMeta`
+/// in Palisade), stored as JSON next to the opaque snapshot bytes.
+///
+/// Use one `SnapshotFiles` per directory (clones share it). Keep the
+/// directory inside the replica's data directory, whose log database lock
+/// already keeps a second process out.
+pub struct SnapshotFiles<M> {
+    dir: PathBuf,
+    /// Serializes `save`: concurrent saves would write the same temporary
+    /// file. It guards no data, only that file, so a poisoned lock is safe
+    /// to take over (the next save rewrites the file from scratch). A std
+    /// mutex because `save` is blocking code, never held across an await.
+    save_lock: Arc<Mutex<()>>,
+    _meta: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for SnapshotFiles<M> {
+    fn clone(&self) -> Self {
+        SnapshotFiles {
+            dir: self.dir.clone(),
+            save_lock: Arc::clone(&self.save_lock),
+            _meta: PhantomData,
+        }
+    }
+}
+
+impl<M> fmt::Debug for SnapshotFiles<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotFiles")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
+    /// Opens the snapshot directory `dir`, creating it if needed, and deletes
+    /// the temporary file a crash in the middle of a save may have left.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, SnapshotError> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).map_err(SnapshotError::io("create the directory", &dir))?;
+        let temporary = dir.join(TEMPORARY_FILE_NAME);
+        match fs::remove_file(&temporary) {
+            Ok(()) => {
+                tracing::info!(
+                    path = %temporary.display(),
+                    "removed a snapshot left half-written by a crash"
+                );
+                sync_directory(&dir)?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(SnapshotError::io("remove", &temporary)(error)),
+        }
+        Ok(SnapshotFiles {
+            dir,
+            save_lock: Arc::new(Mutex::new(())),
+            _meta: PhantomData,
+        })
+    }
+
+    /// The snapshot directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The current snapshot file.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(SNAPSHOT_FILE_NAME)
+    }
+
+    /// Replaces the current snapshot with (`meta`, `data`), atomically and
+    /// durably: when this returns `Ok`, a crash leaves the new snapshot; if
+    /// it fails or crashes before, the old one is still there.
+    pub fn save(&self, meta: &M, data: &[u8]) -> Result<(), SnapshotError> {
+        let meta = serde_json::to_vec(meta).map_err(SnapshotError::Encode)?;
+        let fields = header_fields(meta.len() as u64, data.len() as u64);
+        let checksum = {
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&fields);
+            hasher.update(&meta);
+            hasher.update(data);
+            hasher.finalize()
+        };
+
+        let _saving = self
+            .save_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let temporary = self.dir.join(TEMPORARY_FILE_NAME);
+        let mut file = File::create(&temporary).map_err(SnapshotError::io("create", &temporary))?;
+        file.write_all(&fields)
+            .and_then(|()| file.write_all(&checksum.to_le_bytes()))
+            .and_then(|()| file.write_all(&meta))
+            .and_then(|()| file.write_all(data))
+            .map_err(SnapshotError::io("write", &temporary))?;
+        file.sync_all()
+            .map_err(SnapshotError::io("fsync", &temporary))?;
+        drop(file);
+
+        let path = self.path();
+        fs::rename(&temporary, &path).map_err(SnapshotError::io("rename into place", &path))?;
+        sync_directory(&self.dir)?;
+        tracing::debug!(
+            path = %path.display(),
+            data_bytes = data.len(),
+            "saved the snapshot"
+        );
+        Ok(())
+    }
+
+    /// Reads and verifies the current snapshot; `None` if there is none.
+    pub fn load(&self) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
+        let path = self.path();
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(SnapshotError::io("open", &path)(error)),
+        };
+        let file_bytes = file
+            .metadata()
+            .map_err(SnapshotError::io("stat", &path))?
+            .len();
+        let corrupt = |problem| SnapshotError::Corrupt {
+            path: path.clone(),
+            problem,
+        };
+
+        if file_bytes < HEADER_BYTES as u64 {
+            return Err(corrupt(SnapshotCorruption::Truncated { file_bytes }));
+        }
+        let mut header = [0u8; HEADER_BYTES];
+        file.read_exact(&mut header)
+            .map_err(SnapshotError::io("read", &path))?;
+        let (fields, stored) = header.split_at(HEADER_FIELDS_BYTES);
+        let field = |at: usize, len: usize| &fields[at..at + len];
+        if field(0, 4) != MAGIC {
+            return Err(corrupt(SnapshotCorruption::NotASnapshot));
+        }
+        let version = u32::from_le_bytes(to_array(field(4, 4)));
+        if version != FORMAT_VERSION {
+            return Err(SnapshotError::UnsupportedFormat {
+                path,
+                found: version,
+            });
+        }
+        let meta_bytes = u64::from_le_bytes(to_array(field(8, 8)));
+        let data_bytes = u64::from_le_bytes(to_array(field(16, 8)));
+        let declared = (HEADER_BYTES as u64)
+            .checked_add(meta_bytes)
+            .and_then(|sum| sum.checked_add(data_bytes));
+        if declared != Some(file_bytes) {
+            return Err(corrupt(SnapshotCorruption::LengthMismatch {
+                meta_bytes,
+                data_bytes,
+                file_bytes,
+            }));
+        }
+        // Both lengths fit in the file, whose size fit in memory to be written.
+        let meta_len = usize::try_from(meta_bytes)
+            .map_err(|_| corrupt(SnapshotCorruption::TooLarge { file_bytes }))?;
+        let data_len = usize::try_from(data_bytes)
+            .map_err(|_| corrupt(SnapshotCorruption::TooLarge { file_bytes }))?;
+
+        let mut meta = vec![0u8; meta_len];
+        let mut data = vec![0u8; data_len];
+        file.read_exact(&mut meta)
+            .and_then(|()| file.read_exact(&mut data))
+            .map_err(SnapshotError::io("read", &path))?;
+
+        let stored = u32::from_le_bytes(to_array(stored));
+        let computed = {
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(fields);
+            hasher.update(&meta);
+            hasher.update(&data);
+            hasher.finalize()
+        };
+        if stored != computed {
+            return Err(corrupt(SnapshotCorruption::Checksum { stored, computed }));
+        }
+        let meta = serde_json::from_slice(&meta)
+            .map_err(|source| SnapshotError::Undecodable { path, source })?;
+        Ok(Some((meta, data)))
+    }
+}
+
+fn header_fields(meta_bytes: u64, data_bytes: u64) -> [u8; HEADER_FIELDS_BYTES] {
+    let mut fields = [0u8; HEADER_FIELDS_BYTES];
+    fields[0..4].copy_from_slice(&MAGIC);
+    fields[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    fields[8..16].copy_from_slice(&meta_bytes.to_le_bytes());
+    fields[16..24].copy_from_slice(&data_bytes.to_le_bytes());
+    fields
+}
+
+fn to_array<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    bytes
+        .try_into()
+        .expect("header fields are sliced at their fixed widths")
+}
+
+fn sync_directory(dir: &Path) -> Result<(), SnapshotError> {
+    File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(SnapshotError::io("fsync the directory", dir))
+}
+
+/// What is wrong with a snapshot file that fails verification.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotCorruption {
+    /// The file does not start with the snapshot magic.
+    #[error("it does not start with the snapshot magic")]
+    NotASnapshot,
+    /// The file is shorter than the header.
+    #[error("it is {file_bytes} bytes long, shorter than the header")]
+    Truncated {
+        /// Size of the file.
+        file_bytes: u64,
+    },
+    /// The lengths in the header do not add up to the file's size.
+    #[error(
+        "the header declares {meta_bytes} bytes of metadata and {data_bytes} bytes of data, \
+         which do not add up to the file's {file_bytes} bytes"
+    )]
+    LengthMismatch {
+        /// Declared metadata length.
+        meta_bytes: u64,
+        /// Declared data length.
+        data_bytes: u64,
+        /// Size of the file.
+        file_bytes: u64,
+    },
+    /// The file does not fit in this machine's address space.
+    #[error("the file's {file_bytes} bytes do not fit in memory")]
+    TooLarge {
+        /// Size of the file.
+        file_bytes: u64,
+    },
+    /// The checksum does not match the contents.
+    #[error("checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Checksum {
+        /// Checksum read from the header.
+        stored: u32,
+        /// Checksum computed over the contents.
+        computed: u32,
+    },
+}
+
+/// Everything that can go wrong saving or loading a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// A file system operation failed.
+    #[error(
+        "cannot {operation} {path}: {source}; check free space, permissions and the health of \
+         the data volume"
+    )]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The metadata could not be serialized.
+    #[error(
+        "cannot encode the snapshot metadata: {0}; this is a bug in palisade, please report it"
+    )]
+    Encode(#[source] serde_json::Error),
+
+    /// The snapshot file failed verification. Its contents are never returned.
+    #[error(
+        "the snapshot {path} is corrupt: {problem}; this replica's state can no longer be \
+         trusted: stop it, move its data directory aside for inspection, and re-add the replica \
+         to the cluster under a new node id"
+    )]
+    Corrupt {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: SnapshotCorruption,
+    },
+
+    /// The file was written in another format version.
+    #[error(
+        "the snapshot {path} has format version {found} but this build reads version \
+         {FORMAT_VERSION}; run the palisade release that wrote it"
+    )]
+    UnsupportedFormat {
+        /// The snapshot file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+    },
+
+    /// The metadata has a valid checksum but does not deserialize.
+    #[error(
+        "the metadata of snapshot {path} has a valid checksum but does not decode ({source}); \
+         it was probably written by another palisade release"
+    )]
+    Undecodable {
+        /// The snapshot file.
+        path: PathBuf,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl SnapshotError {
+    fn io(operation: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Io {
+            operation,
+            path,
+            source,
+        }
+    }
+
+    /// The [`io::ErrorKind`] this error becomes at the openraft boundary.
+    pub fn io_kind(&self) -> io::ErrorKind {
+        match self {
+            SnapshotError::Io { source, .. } => source.kind(),
+            SnapshotError::Encode(_) => io::ErrorKind::InvalidInput,
+            SnapshotError::Corrupt { .. }
+            | SnapshotError::UnsupportedFormat { .. }
+            | SnapshotError::Undecodable { .. } => io::ErrorKind::InvalidData,
+        }
+    }
+}
+
+impl From<SnapshotError> for io::Error {
+    fn from(error: SnapshotError) -> io::Error {
+        io::Error::new(error.io_kind(), error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Meta {
+        last_index: u64,
+        id: String,
+    }
+
+    fn meta(last_index: u64) -> Meta {
+        Meta {
+            last_index,
+            id: format!("snapshot-{last_index}"),
+        }
+    }
+
+    fn open(dir: &Path) -> SnapshotFiles<Meta> {
+        SnapshotFiles::open(dir).unwrap()
+    }
+
+    #[test]
+    fn no_snapshot_loads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open(dir.path()).load().unwrap().is_none());
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(5), b"state at five").unwrap();
+        files.save(&meta(9), b"state at nine").unwrap();
+
+        let reopened = open(dir.path());
+        let (loaded_meta, data) = reopened.load().unwrap().unwrap();
+        assert_eq!(loaded_meta, meta(9));
+        assert_eq!(data, b"state at nine");
+        assert!(!dir.path().join(TEMPORARY_FILE_NAME).exists());
+    }
+
+    #[test]
+    fn empty_data_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(0), b"").unwrap();
+        assert_eq!(files.load().unwrap().unwrap(), (meta(0), Vec::new()));
+    }
+
+    #[test]
+    fn half_written_snapshot_is_discarded_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        open(dir.path()).save(&meta(5), b"good").unwrap();
+        // A crash after the temporary file was created, before the rename.
+        fs::write(dir.path().join(TEMPORARY_FILE_NAME), b"PSNP half").unwrap();
+
+        let files = open(dir.path());
+        assert!(!dir.path().join(TEMPORARY_FILE_NAME).exists());
+        assert_eq!(files.load().unwrap().unwrap(), (meta(5), b"good".to_vec()));
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(5), b"some snapshot data").unwrap();
+        let good = fs::read(files.path()).unwrap();
+
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x10;
+            fs::write(files.path(), &bad).unwrap();
+            let error = files.load().unwrap_err();
+            assert_eq!(
+                io::Error::from(error).kind(),
+                io::ErrorKind::InvalidData,
+                "flipped byte {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_snapshot_is_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(5), b"some snapshot data").unwrap();
+        let good = fs::read(files.path()).unwrap();
+
+        for len in [0, 3, HEADER_BYTES - 1, HEADER_BYTES, good.len() - 1] {
+            fs::write(files.path(), &good[..len]).unwrap();
+            let error = files.load().unwrap_err();
+            assert!(
+                matches!(error, SnapshotError::Corrupt { .. }),
+                "truncated to {len}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn corrupt_message_names_the_file_and_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(5), b"some snapshot data").unwrap();
+        let mut bad = fs::read(files.path()).unwrap();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        fs::write(files.path(), &bad).unwrap();
+
+        let message = files.load().unwrap_err().to_string();
+        assert!(message.contains(SNAPSHOT_FILE_NAME), "{message}");
+        assert!(message.contains("checksum mismatch"), "{message}");
+    }
+}
