@@ -154,7 +154,7 @@ pub async fn run_with_listener(
 ) -> anyhow::Result<()> {
     let node_id = config.node_id;
     claim_data_dir(&config.data_dir, node_id)?;
-    let log_store = LogStore::<TypeConfig>::open(&config.data_dir.join("raft-log"))
+    let log_store = LogStore::<TypeConfig>::open(config.data_dir.join("raft-log"))
         .with_context(|| format!("cannot open the Raft log in {}", config.data_dir.display()))?;
     let state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
         .context("cannot open the snapshot store")?;

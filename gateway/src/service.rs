@@ -491,7 +491,7 @@ fn decode_page_token(token: &str) -> Result<Option<(String, String)>, Status> {
             problem: "not a token this server issued; pass next_page_token unchanged".into(),
         })
     };
-    if token.len() % 2 != 0 || token.len() > 512 {
+    if !token.len().is_multiple_of(2) || token.len() > 512 {
         return Err(bad());
     }
     let bytes = (0..token.len())

@@ -448,10 +448,7 @@ fn joined(sandbox: &Sandbox) -> Response {
 }
 
 fn begin_stop(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = match resolve(state, target) {
-        Ok(sandbox) => sandbox,
-        Err(rejection) => return Err(rejection),
-    };
+    let sandbox = resolve(state, target)?;
     match sandbox.phase {
         SandboxPhase::Ready | SandboxPhase::Unknown => begin_operation(
             sandbox,
@@ -468,10 +465,7 @@ fn begin_stop(state: &mut State, position: LogPosition, target: &SandboxTarget) 
 }
 
 fn begin_start(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = match resolve(state, target) {
-        Ok(sandbox) => sandbox,
-        Err(rejection) => return Err(rejection),
-    };
+    let sandbox = resolve(state, target)?;
     match sandbox.phase {
         phase if phase.is_at_rest() => {
             let generation = sandbox
@@ -502,10 +496,7 @@ fn begin_start(state: &mut State, position: LogPosition, target: &SandboxTarget)
 }
 
 fn begin_delete(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = match resolve(state, target) {
-        Ok(sandbox) => sandbox,
-        Err(rejection) => return Err(rejection),
-    };
+    let sandbox = resolve(state, target)?;
     if sandbox.phase == SandboxPhase::Deleting {
         return joined(sandbox);
     }
