@@ -6,11 +6,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, LaunchResult, SandboxTarget};
-use crate::limits::{SANDBOXES_PER_WORKSPACE_MAX, STATUS_MESSAGE_LENGTH_MAX, WORKSPACES_COUNT_MAX};
+use std::collections::BTreeMap;
+
+use crate::command::{Command, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+use crate::limits::{
+    OPERATION_WAITERS_MAX, RECEIPTS_COUNT_MAX, RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX,
+    STATUS_MESSAGE_LENGTH_MAX, WORKSPACES_COUNT_MAX,
+};
+use crate::owned;
 use crate::state::{
-    DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Sandbox, SandboxPhase, State,
-    Workspace, WorkspacePhase, assert_sandbox_invariants,
+    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
+    ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, State, Workspace,
+    WorkspacePhase, assert_sandbox_invariants,
 };
 use crate::validate;
 
@@ -65,6 +72,42 @@ pub enum Outcome {
         /// Sandbox id.
         sandbox_id: String,
     },
+    /// A retry of a request already applied (same id, same payload): the
+    /// caller reads the receipt for the original result.
+    Replayed {
+        /// The request id.
+        request_id: String,
+    },
+    /// The workspace was marked TERMINATING but still holds sandboxes.
+    WorkspaceTerminating {
+        /// Its name.
+        name: String,
+        /// Up to ten names of the sandboxes it still holds.
+        remaining: Vec<String>,
+        /// How many sandboxes it still holds.
+        remaining_count: usize,
+    },
+    /// An SSH session was opened.
+    SshSessionCreated {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// Session id.
+        session_id: String,
+    },
+    /// An SSH session was revoked.
+    SshSessionRevoked {
+        /// Sandbox id.
+        sandbox_id: String,
+    },
+    /// A policy was set.
+    PolicySet {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// The new version.
+        version: u64,
+    },
+    /// A time tick or cluster initialization was applied.
+    Housekeeping,
     /// The log entry carried no lifecycle command (a leader's blank entry or
     /// a membership change); the state is unchanged.
     NotACommand,
@@ -101,6 +144,16 @@ pub enum Reason {
     DefaultWorkspaceProtected,
     /// A bound of [`crate::limits`] would be exceeded.
     ResourceExhausted,
+    /// The expected sandbox id does not match what the name resolves to.
+    SandboxIdentityMismatch,
+    /// The expected execution is not the sandbox's current execution.
+    StaleExecution,
+    /// The request id was used before with another payload.
+    RequestIdReused,
+    /// No such SSH session.
+    SessionNotFound,
+    /// The policy's version is not the expected one.
+    PolicyVersionMismatch,
 }
 
 impl Reason {
@@ -118,6 +171,11 @@ impl Reason {
             Reason::WorkspaceTerminating => "WORKSPACE_TERMINATING".into(),
             Reason::DefaultWorkspaceProtected => "DEFAULT_WORKSPACE_PROTECTED".into(),
             Reason::ResourceExhausted => "RESOURCE_EXHAUSTED".into(),
+            Reason::SandboxIdentityMismatch => "SANDBOX_IDENTITY_MISMATCH".into(),
+            Reason::StaleExecution => "STALE_EXECUTION".into(),
+            Reason::RequestIdReused => "REQUEST_ID_REUSED".into(),
+            Reason::SessionNotFound => "SESSION_NOT_FOUND".into(),
+            Reason::PolicyVersionMismatch => "POLICY_VERSION_MISMATCH".into(),
         }
     }
 }
@@ -161,11 +219,40 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
         Command::CreateWorkspace { id, name, time_ms } => {
             create_workspace(state, position, id, name, *time_ms)
         }
-        Command::DeleteWorkspace { name } => delete_workspace(state, name),
-        Command::BeginCreate { .. } => begin_create(state, position, command),
-        Command::BeginStop { target } => begin_stop(state, position, target),
-        Command::BeginStart { target } => begin_start(state, position, target),
-        Command::BeginDelete { target } => begin_delete(state, position, target),
+        Command::DeleteWorkspace { name } => delete_workspace(state, position, name),
+        Command::BeginCreate { request, .. } => {
+            with_receipt(state, position, ReceiptRpc::CreateSandbox, request, |state| {
+                begin_create(state, position, command)
+            })
+        }
+        Command::BeginStop {
+            target,
+            expected_execution,
+            request,
+        } => with_receipt(state, position, ReceiptRpc::StopSandbox, request, |state| {
+            begin_stop(state, position, target, expected_execution.as_ref())
+        }),
+        Command::BeginStart {
+            target,
+            expected_execution,
+            request,
+        } => with_receipt(state, position, ReceiptRpc::StartSandbox, request, |state| {
+            begin_start(state, position, target, expected_execution.as_ref())
+        }),
+        Command::BeginDelete {
+            target,
+            expected_sandbox_id,
+            expected_execution,
+            request,
+        } => with_receipt(state, position, ReceiptRpc::DeleteSandbox, request, |state| {
+            begin_delete(
+                state,
+                position,
+                target,
+                expected_sandbox_id.as_deref(),
+                expected_execution.as_ref(),
+            )
+        }),
         Command::CompleteLaunch {
             sandbox_id,
             generation,
@@ -181,7 +268,53 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             sandbox_id,
             generation,
             exit_code,
-        } => observe_exit(state, position, sandbox_id, *generation, *exit_code),
+        } => observe_exit(state, position, sandbox_id, *generation, Some(*exit_code)),
+        Command::ObserveLost {
+            sandbox_id,
+            generation,
+        } => observe_exit(state, position, sandbox_id, *generation, None),
+        Command::CreateSshSession {
+            target,
+            session_id,
+            token_sha256,
+            expires_at_ms,
+            time_ms,
+        } => owned::create_ssh_session(
+            state,
+            target,
+            session_id,
+            token_sha256,
+            *expires_at_ms,
+            *time_ms,
+        ),
+        Command::RevokeSshSession { target, session_id } => {
+            owned::revoke_ssh_session(state, target, session_id)
+        }
+        Command::SetSandboxPolicy {
+            target,
+            document,
+            expected_version,
+            time_ms,
+        } => owned::set_policy(state, target, document, *expected_version, *time_ms),
+        Command::InitializeCluster {
+            cluster_id,
+            token_secret_hex,
+        } => {
+            if state.cluster.is_none() {
+                state.cluster = Some(ClusterIdentity {
+                    cluster_id: cluster_id.clone(),
+                    token_secret_hex: token_secret_hex.clone(),
+                });
+            }
+            Ok(Outcome::Housekeeping)
+        }
+        Command::Tick {
+            now_ms,
+            receipt_retention_ms,
+        } => {
+            tick(state, *now_ms, *receipt_retention_ms);
+            Ok(Outcome::Housekeeping)
+        }
     };
     if let Ok(
         Outcome::OperationBegun { sandbox_id, .. }
@@ -193,6 +326,131 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
         assert_sandbox_invariants(sandbox);
     }
     response
+}
+
+/// Decides a `Begin*` command under its request id: a retry with the same
+/// payload replays (the caller reads the receipt), another payload is
+/// refused, a new id runs `decide` and records its receipt — rejections
+/// included, so they replay too.
+fn with_receipt(
+    state: &mut State,
+    position: LogPosition,
+    rpc: ReceiptRpc,
+    request: &RequestMeta,
+    decide: impl FnOnce(&mut State) -> Response,
+) -> Response {
+    if let Some(receipt) = state.receipts.get(&request.id) {
+        if receipt.rpc != rpc || receipt.payload_digest != request.payload_digest {
+            return reject(
+                Reason::RequestIdReused,
+                format!(
+                    "request id {:?} was already used for a different request; use a new request id",
+                    request.id
+                ),
+            );
+        }
+        return Ok(Outcome::Replayed {
+            request_id: request.id.clone(),
+        });
+    }
+    if let Err(invalid) = validate::request_id(&request.id) {
+        return reject(
+            Reason::InvalidArgument {
+                field: invalid.field.into(),
+            },
+            invalid.to_string(),
+        );
+    }
+    if state.receipts.len() >= RECEIPTS_COUNT_MAX {
+        return reject(
+            Reason::ResourceExhausted,
+            format!("the cluster holds the maximum of {RECEIPTS_COUNT_MAX} request receipts; retry later"),
+        );
+    }
+    let response = decide(state);
+    let result = match &response {
+        Err(rejection) => ReceiptResult::Rejected(rejection.clone()),
+        Ok(Outcome::OperationBegun {
+            sandbox_id,
+            kind,
+            generation,
+        })
+        | Ok(Outcome::OperationJoined {
+            sandbox_id,
+            kind,
+            generation,
+        }) => {
+            let operation = state
+                .sandboxes
+                .get_mut(sandbox_id)
+                .and_then(|sandbox| sandbox.operation.as_mut())
+                .expect("a begun or joined operation is in flight");
+            if operation.request_ids.len() >= OPERATION_WAITERS_MAX {
+                return reject(
+                    Reason::ResourceExhausted,
+                    format!("{OPERATION_WAITERS_MAX} requests already wait on this operation; retry later"),
+                );
+            }
+            operation.request_ids.push(request.id.clone());
+            ReceiptResult::Pending {
+                sandbox_id: sandbox_id.clone(),
+                kind: *kind,
+                generation: *generation,
+            }
+        }
+        Ok(Outcome::AlreadyDone { sandbox_id }) => ReceiptResult::Sandbox(Box::new(
+            state.sandboxes[sandbox_id].clone(),
+        )),
+        Ok(other) => unreachable!("Begin* commands do not answer {other:?}"),
+    };
+    state.receipts.insert(
+        request.id.clone(),
+        Receipt {
+            rpc,
+            payload_digest: request.payload_digest.clone(),
+            created_at_ms: request.time_ms,
+            created_at_index: position.index,
+            result,
+        },
+    );
+    response
+}
+
+/// Settles the receipts of the requests waiting on `sandbox`'s operation
+/// (which just ended or was superseded) with `result`.
+fn settle_waiters(receipts: &mut BTreeMap<String, Receipt>, operation: &Operation, result: &ReceiptResult) {
+    for request_id in &operation.request_ids {
+        if let Some(receipt) = receipts.get_mut(request_id) {
+            receipt.result = result.clone();
+        }
+    }
+}
+
+/// Ends `sandbox_id`'s operation: settles its waiters with the sandbox as
+/// it now is.
+fn end_operation(state: &mut State, sandbox_id: &str) {
+    let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
+        return;
+    };
+    let Some(operation) = sandbox.operation.take() else {
+        return;
+    };
+    let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
+    settle_waiters(&mut state.receipts, &operation, &result);
+}
+
+fn tick(state: &mut State, now_ms: i64, receipt_retention_ms: i64) {
+    state.clock_ms = state.clock_ms.max(now_ms);
+    let clock = state.clock_ms;
+    // Pending receipts are kept until their operation ends, however old.
+    state.receipts.retain(|_, receipt| {
+        matches!(receipt.result, ReceiptResult::Pending { .. })
+            || receipt.created_at_ms.saturating_add(receipt_retention_ms) > clock
+    });
+    state.ssh_sessions.retain(|_, sessions| {
+        sessions.retain(|_, session| session.expires_at_ms > clock);
+        !sessions.is_empty()
+    });
 }
 
 fn create_workspace(
@@ -236,38 +494,46 @@ fn create_workspace(
     Ok(Outcome::WorkspaceCreated { name: name.into() })
 }
 
-fn delete_workspace(state: &mut State, name: &str) -> Response {
+fn delete_workspace(state: &mut State, position: LogPosition, name: &str) -> Response {
     if name == DEFAULT_WORKSPACE {
         return reject(
             Reason::DefaultWorkspaceProtected,
             "the default workspace cannot be deleted",
         );
     }
-    if !state.workspaces.contains_key(name) {
+    let Some(workspace) = state.workspaces.get_mut(name) else {
         return reject(
             Reason::WorkspaceNotFound,
             format!("workspace {name:?} does not exist"),
         );
+    };
+    // TERMINATING first: no new sandboxes from this entry on, whether or not
+    // the workspace can be removed yet. Retrying is safe.
+    if workspace.phase != WorkspacePhase::Terminating {
+        workspace.phase = WorkspacePhase::Terminating;
+        workspace.resource_version = position.index;
     }
-    let remaining = state.sandbox_count(name);
-    if remaining > 0 {
-        let names: Vec<&str> = state.names[name]
-            .keys()
-            .take(10)
-            .map(String::as_str)
-            .collect();
-        return reject(
-            Reason::WorkspaceNotEmpty,
-            format!(
-                "workspace {name:?} still holds {remaining} sandbox(es): {}{}; delete them first",
-                names.join(", "),
-                if remaining > names.len() { ", ..." } else { "" }
-            ),
-        );
+    let remaining_count = state.sandbox_count(name);
+    if remaining_count > 0 {
+        let remaining = state.names[name].keys().take(10).cloned().collect();
+        return Ok(Outcome::WorkspaceTerminating {
+            name: name.into(),
+            remaining,
+            remaining_count,
+        });
     }
     state.workspaces.remove(name);
     state.names.remove(name);
     Ok(Outcome::WorkspaceDeleted { name: name.into() })
+}
+
+fn invalid_argument(invalid: validate::InvalidInput) -> Response {
+    reject(
+        Reason::InvalidArgument {
+            field: invalid.field.into(),
+        },
+        invalid.to_string(),
+    )
 }
 
 fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> Response {
@@ -279,6 +545,8 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         labels,
         annotations,
         time_ms,
+        host_identity,
+        request: _,
     } = command
     else {
         unreachable!("begin_create is called with BeginCreate only");
@@ -288,12 +556,7 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         .and_then(|()| validate::labels("labels", labels))
         .and_then(|()| validate::annotations(annotations));
     if let Err(invalid) = checks {
-        return reject(
-            Reason::InvalidArgument {
-                field: invalid.field.into(),
-            },
-            invalid.to_string(),
-        );
+        return invalid_argument(invalid);
     }
     if id.is_empty() {
         return reject(
@@ -323,10 +586,7 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         );
     }
     if state.sandboxes.contains_key(id) {
-        return reject(
-            Reason::NameTaken,
-            format!("sandbox id {id} is already in use"),
-        );
+        return reject(Reason::NameTaken, format!("sandbox id {id} is already in use"));
     }
     if state.sandbox_count(workspace) >= SANDBOXES_PER_WORKSPACE_MAX {
         return reject(
@@ -358,7 +618,10 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
             kind: OperationKind::Create,
             generation,
             begun_at_index: position.index,
+            request_ids: Vec::new(),
         }),
+        host_identity: host_identity.clone(),
+        restart_count: 0,
     };
     state.sandboxes.insert(id.clone(), sandbox);
     state
@@ -373,31 +636,56 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
     })
 }
 
-fn resolve<'a>(state: &'a mut State, target: &SandboxTarget) -> Result<&'a mut Sandbox, Rejection> {
-    let id = match target {
-        SandboxTarget::Id(id) => id.clone(),
-        SandboxTarget::Name { workspace, name } => {
-            match state.names.get(workspace).and_then(|names| names.get(name)) {
-                Some(id) => id.clone(),
-                None if !state.workspaces.contains_key(workspace) => {
-                    return Err(Rejection {
-                        reason: Reason::WorkspaceNotFound,
-                        message: format!("workspace {workspace:?} does not exist"),
-                    });
-                }
-                None => {
-                    return Err(Rejection {
-                        reason: Reason::SandboxNotFound,
-                        message: format!("no sandbox named {name:?} in workspace {workspace:?}"),
-                    });
-                }
+/// The id a target resolves to now.
+pub(crate) fn resolve_id(state: &State, target: &SandboxTarget) -> Result<String, Rejection> {
+    match target {
+        SandboxTarget::Id(id) => {
+            if state.sandboxes.contains_key(id) {
+                Ok(id.clone())
+            } else {
+                Err(Rejection {
+                    reason: Reason::SandboxNotFound,
+                    message: format!("no sandbox with id {id}"),
+                })
             }
         }
-    };
-    state.sandboxes.get_mut(&id).ok_or_else(|| Rejection {
-        reason: Reason::SandboxNotFound,
-        message: format!("no sandbox with id {id}"),
-    })
+        SandboxTarget::Name { workspace, name } => {
+            match state.names.get(workspace).and_then(|names| names.get(name)) {
+                Some(id) => Ok(id.clone()),
+                None if !state.workspaces.contains_key(workspace) => Err(Rejection {
+                    reason: Reason::WorkspaceNotFound,
+                    message: format!("workspace {workspace:?} does not exist"),
+                }),
+                None => Err(Rejection {
+                    reason: Reason::SandboxNotFound,
+                    message: format!("no sandbox named {name:?} in workspace {workspace:?}"),
+                }),
+            }
+        }
+    }
+}
+
+/// Resolves a target and checks the optional execution precondition: the
+/// token's execution must be the sandbox's current one.
+fn resolve_checked<'a>(
+    state: &'a mut State,
+    target: &SandboxTarget,
+    expected_execution: Option<&ExecutionRef>,
+) -> Result<&'a mut Sandbox, Rejection> {
+    let id = resolve_id(state, target)?;
+    let sandbox = state
+        .sandboxes
+        .get_mut(&id)
+        .expect("resolve_id returns existing ids");
+    if let Some(expected) = expected_execution
+        && (expected.sandbox_id != sandbox.id || expected.generation != sandbox.execution.generation)
+    {
+        return Err(Rejection {
+            reason: Reason::StaleExecution,
+            message: "the execution token does not name the sandbox's current execution; nothing was changed (observe the sandbox again for a fresh token)".into(),
+        });
+    }
+    Ok(sandbox)
 }
 
 fn invalid_phase(sandbox: &Sandbox, operation: &str) -> Response {
@@ -426,6 +714,7 @@ fn begin_operation(
         kind,
         generation: sandbox.execution.generation,
         begun_at_index: position.index,
+        request_ids: Vec::new(),
     });
     sandbox.resource_version = position.index;
     Ok(Outcome::OperationBegun {
@@ -447,45 +736,58 @@ fn joined(sandbox: &Sandbox) -> Response {
     })
 }
 
-fn begin_stop(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = resolve(state, target)?;
-    match sandbox.phase {
-        SandboxPhase::Ready | SandboxPhase::Unknown => begin_operation(
-            sandbox,
-            position,
-            OperationKind::Stop,
-            SandboxPhase::Stopping,
-        ),
-        SandboxPhase::Stopping => joined(sandbox),
-        phase if phase.is_at_rest() => Ok(Outcome::AlreadyDone {
-            sandbox_id: sandbox.id.clone(),
-        }),
-        _ => invalid_phase(sandbox, "stop"),
-    }
+fn begin_stop(
+    state: &mut State,
+    position: LogPosition,
+    target: &SandboxTarget,
+    expected_execution: Option<&ExecutionRef>,
+) -> Response {
+    let sandbox = resolve_checked(state, target, expected_execution)?;
+    let response = match sandbox.phase {
+        SandboxPhase::Ready | SandboxPhase::Unknown => {
+            begin_operation(sandbox, position, OperationKind::Stop, SandboxPhase::Stopping)
+        }
+        SandboxPhase::Stopping => return joined(sandbox),
+        phase if phase.is_at_rest() => {
+            return Ok(Outcome::AlreadyDone {
+                sandbox_id: sandbox.id.clone(),
+            });
+        }
+        _ => return invalid_phase(sandbox, "stop"),
+    };
+    // Stopping revokes the sandbox's SSH sessions.
+    let sandbox_id = sandbox.id.clone();
+    state.ssh_sessions.remove(&sandbox_id);
+    response
 }
 
-fn begin_start(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = resolve(state, target)?;
+fn launch_next_generation(sandbox: &mut Sandbox, position: LogPosition) -> Response {
+    let generation = sandbox
+        .execution
+        .generation
+        .checked_add(1)
+        .expect("generation overflow: 2^64 launches of one sandbox");
+    sandbox.execution = Execution {
+        generation,
+        handle: None,
+        driver: None,
+        exit_code: None,
+    };
+    sandbox.message = None;
+    begin_operation(sandbox, position, OperationKind::Start, SandboxPhase::Starting)
+}
+
+fn begin_start(
+    state: &mut State,
+    position: LogPosition,
+    target: &SandboxTarget,
+    expected_execution: Option<&ExecutionRef>,
+) -> Response {
+    let sandbox = resolve_checked(state, target, expected_execution)?;
     match sandbox.phase {
         phase if phase.is_at_rest() => {
-            let generation = sandbox
-                .execution
-                .generation
-                .checked_add(1)
-                .expect("generation overflow: 2^64 launches of one sandbox");
-            sandbox.execution = Execution {
-                generation,
-                handle: None,
-                driver: None,
-                exit_code: None,
-            };
-            sandbox.message = None;
-            begin_operation(
-                sandbox,
-                position,
-                OperationKind::Start,
-                SandboxPhase::Starting,
-            )
+            sandbox.restart_count = 0;
+            launch_next_generation(sandbox, position)
         }
         SandboxPhase::Ready => Ok(Outcome::AlreadyDone {
             sandbox_id: sandbox.id.clone(),
@@ -495,21 +797,40 @@ fn begin_start(state: &mut State, position: LogPosition, target: &SandboxTarget)
     }
 }
 
-fn begin_delete(state: &mut State, position: LogPosition, target: &SandboxTarget) -> Response {
-    let sandbox = resolve(state, target)?;
+fn begin_delete(
+    state: &mut State,
+    position: LogPosition,
+    target: &SandboxTarget,
+    expected_sandbox_id: Option<&str>,
+    expected_execution: Option<&ExecutionRef>,
+) -> Response {
+    if let Some(expected) = expected_sandbox_id {
+        let current = resolve_id(state, target)?;
+        if current != expected {
+            // The current id is not disclosed: the caller may not be allowed
+            // to read the replacement.
+            return reject(
+                Reason::SandboxIdentityMismatch,
+                "the name now belongs to another sandbox than the expected id; nothing was deleted",
+            );
+        }
+    }
+    let sandbox = resolve_checked(state, target, expected_execution)?;
     if sandbox.phase == SandboxPhase::Deleting {
         return joined(sandbox);
     }
     // Delete supersedes any other operation in flight: the executor runs one
     // effect per sandbox at a time, so the superseded launch or stop finishes
     // (or is abandoned) before the removal starts, and its late completion no
-    // longer matches and is ignored.
-    begin_operation(
-        sandbox,
-        position,
-        OperationKind::Delete,
-        SandboxPhase::Deleting,
-    )
+    // longer matches and is ignored. Its waiters settle now, with the sandbox
+    // as it is (DELETING).
+    let superseded = sandbox.operation.take();
+    let response = begin_operation(sandbox, position, OperationKind::Delete, SandboxPhase::Deleting);
+    if let Some(superseded) = superseded {
+        let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
+        settle_waiters(&mut state.receipts, &superseded, &result);
+    }
+    response
 }
 
 fn operation_matches(sandbox: &Sandbox, kinds: &[OperationKind], generation: u64) -> bool {
@@ -551,8 +872,8 @@ fn complete_launch(
             sandbox.message = Some(truncate_message(message.clone()));
         }
     }
-    sandbox.operation = None;
     sandbox.resource_version = position.index;
+    end_operation(state, sandbox_id);
     Ok(Outcome::Completed {
         sandbox_id: sandbox_id.into(),
     })
@@ -576,8 +897,8 @@ fn complete_stop(
     }
     sandbox.phase = SandboxPhase::Stopped;
     sandbox.execution.exit_code = exit_code;
-    sandbox.operation = None;
     sandbox.resource_version = position.index;
+    end_operation(state, sandbox_id);
     Ok(Outcome::Completed {
         sandbox_id: sandbox_id.into(),
     })
@@ -597,28 +918,50 @@ fn complete_delete(state: &mut State, sandbox_id: &str) -> Response {
     {
         return ignored;
     }
-    let (workspace, name) = (sandbox.workspace.clone(), sandbox.name.clone());
-    state.sandboxes.remove(sandbox_id);
+    // One step removes the sandbox, its name and every owned record, however
+    // many: the owned maps are keyed by sandbox id.
+    let sandbox = state
+        .sandboxes
+        .remove(sandbox_id)
+        .expect("checked just above");
+    state.ssh_sessions.remove(sandbox_id);
+    state.policies.remove(sandbox_id);
     let removed = state
         .names
-        .get_mut(&workspace)
-        .and_then(|names| names.remove(&name));
+        .get_mut(&sandbox.workspace)
+        .and_then(|names| names.remove(&sandbox.name));
     assert_eq!(
         removed.as_deref(),
         Some(sandbox_id),
-        "the name {workspace}/{name} must point at the sandbox being deleted"
+        "the name {}/{} must point at the sandbox being deleted",
+        sandbox.workspace,
+        sandbox.name
+    );
+    let operation = sandbox
+        .operation
+        .as_ref()
+        .expect("a deleted sandbox had its delete in flight");
+    settle_waiters(
+        &mut state.receipts,
+        operation,
+        &ReceiptResult::Deleted {
+            sandbox_id: sandbox_id.into(),
+        },
     );
     Ok(Outcome::Completed {
         sandbox_id: sandbox_id.into(),
     })
 }
 
+/// An execution ended on its own (`Some(code)`) or was lost (`None`). With
+/// a restart policy that asks for it, a replacement execution (the next
+/// generation) is launched; otherwise the sandbox settles.
 fn observe_exit(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
     generation: u64,
-    exit_code: i32,
+    exit_code: Option<i32>,
 ) -> Response {
     let ignored = Ok(Outcome::Ignored {
         sandbox_id: sandbox_id.into(),
@@ -631,16 +974,33 @@ fn observe_exit(
     if sandbox.phase != SandboxPhase::Ready || sandbox.execution.generation != generation {
         return ignored;
     }
-    sandbox.phase = if exit_code == 0 {
-        SandboxPhase::Completed
-    } else {
-        SandboxPhase::Error
+    sandbox.execution.exit_code = exit_code;
+    let failed = exit_code != Some(0);
+    let replace = match sandbox.spec.restart_policy {
+        RestartPolicy::Never => false,
+        RestartPolicy::OnFailure => failed,
+        RestartPolicy::Always => true,
     };
-    sandbox.execution.exit_code = Some(exit_code);
-    if exit_code != 0 {
-        sandbox.message = Some(format!("the command exited with status {exit_code}"));
+    if replace && sandbox.restart_count < RESTARTS_MAX {
+        sandbox.restart_count += 1;
+        launch_next_generation(sandbox, position)?;
+        return Ok(Outcome::Completed {
+            sandbox_id: sandbox_id.into(),
+        });
     }
+    sandbox.phase = if failed {
+        SandboxPhase::Error
+    } else {
+        SandboxPhase::Completed
+    };
+    sandbox.message = match exit_code {
+        Some(0) => None,
+        Some(code) => Some(format!("the command exited with status {code}")),
+        None => Some("the execution was lost: it stopped without recording an exit status".into()),
+    };
     sandbox.resource_version = position.index;
+    // Nothing runs any more: its SSH sessions go with the execution.
+    state.ssh_sessions.remove(sandbox_id);
     Ok(Outcome::Completed {
         sandbox_id: sandbox_id.into(),
     })

@@ -26,6 +26,27 @@ pub enum SandboxTarget {
     Id(String),
 }
 
+/// A client request's identity, carried by every `Begin*` command so that a
+/// retry (same id, same payload) replays the original result exactly once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestMeta {
+    /// Chosen by the client (or by the gateway when the client gave none).
+    pub id: String,
+    /// Digest of the request payload, computed at the API edge.
+    pub payload_digest: String,
+    /// Proposer's clock.
+    pub time_ms: i64,
+}
+
+/// One execution of one sandbox: what an execution token attests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionRef {
+    /// Sandbox id.
+    pub sandbox_id: String,
+    /// Execution generation.
+    pub generation: u64,
+}
+
 /// Result of a launch, as reported by the driver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LaunchResult {
@@ -77,21 +98,85 @@ pub enum Command {
         annotations: BTreeMap<String, String>,
         /// Proposer's clock.
         time_ms: i64,
+        /// The persistent SSH host identity, chosen by the proposer.
+        host_identity: String,
+        /// The request.
+        request: RequestMeta,
     },
     /// Begin stopping the current execution.
     BeginStop {
         /// Which sandbox.
         target: SandboxTarget,
+        /// Only if this is still the current execution.
+        expected_execution: Option<ExecutionRef>,
+        /// The request.
+        request: RequestMeta,
     },
     /// Begin launching a new execution.
     BeginStart {
         /// Which sandbox.
         target: SandboxTarget,
+        /// Only if this is still the current (stopped) execution.
+        expected_execution: Option<ExecutionRef>,
+        /// The request.
+        request: RequestMeta,
     },
     /// Begin deleting a sandbox.
     BeginDelete {
         /// Which sandbox.
         target: SandboxTarget,
+        /// Only if the target (a name) still resolves to this id.
+        expected_sandbox_id: Option<String>,
+        /// Only if this is still the current execution.
+        expected_execution: Option<ExecutionRef>,
+        /// The request.
+        request: RequestMeta,
+    },
+    /// Open an SSH session on a READY sandbox.
+    CreateSshSession {
+        /// Which sandbox.
+        target: SandboxTarget,
+        /// Session id chosen by the proposer.
+        session_id: String,
+        /// Hex SHA-256 of the token (the token itself never enters the log).
+        token_sha256: String,
+        /// When the session expires.
+        expires_at_ms: i64,
+        /// Proposer's clock.
+        time_ms: i64,
+    },
+    /// Revoke one SSH session.
+    RevokeSshSession {
+        /// Which sandbox.
+        target: SandboxTarget,
+        /// The session.
+        session_id: String,
+    },
+    /// Set a sandbox's policy (version + 1).
+    SetSandboxPolicy {
+        /// Which sandbox.
+        target: SandboxTarget,
+        /// The document.
+        document: String,
+        /// Only if the current version is this one (0: no policy yet).
+        expected_version: Option<u64>,
+        /// Proposer's clock.
+        time_ms: i64,
+    },
+    /// Record the cluster's identity (once; later ones are ignored).
+    InitializeCluster {
+        /// Random cluster id.
+        cluster_id: String,
+        /// Hex of a random 32-byte secret.
+        token_secret_hex: String,
+    },
+    /// The leader's clock, brought into the state: expires receipts older
+    /// than the retention and SSH sessions past their expiry.
+    Tick {
+        /// Leader's clock.
+        now_ms: i64,
+        /// How long settled receipts are kept.
+        receipt_retention_ms: i64,
     },
     /// The driver finished launching `generation`.
     CompleteLaunch {
@@ -116,6 +201,14 @@ pub enum Command {
     CompleteDelete {
         /// Sandbox id.
         sandbox_id: String,
+    },
+    /// The driver lost `generation`: it no longer runs and left no exit
+    /// status (its supervisor was killed, the host rebooted).
+    ObserveLost {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// The generation that was lost.
+        generation: u64,
     },
     /// The driver saw `generation` exit on its own.
     ObserveExit {
@@ -142,6 +235,12 @@ impl Command {
             Command::CompleteStop { .. } => "CompleteStop",
             Command::CompleteDelete { .. } => "CompleteDelete",
             Command::ObserveExit { .. } => "ObserveExit",
+            Command::ObserveLost { .. } => "ObserveLost",
+            Command::CreateSshSession { .. } => "CreateSshSession",
+            Command::RevokeSshSession { .. } => "RevokeSshSession",
+            Command::SetSandboxPolicy { .. } => "SetSandboxPolicy",
+            Command::InitializeCluster { .. } => "InitializeCluster",
+            Command::Tick { .. } => "Tick",
         }
     }
 }

@@ -27,17 +27,20 @@
 //! - [`state`]: workspaces, sandboxes, executions, operations.
 //! - [`command`]: what can be proposed.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
+//! - `owned`: SSH sessions and policies, the records a sandbox owns.
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod command;
 pub mod limits;
+mod owned;
 pub mod state;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
-pub use command::{Command, LaunchResult, SandboxTarget};
+pub use command::{Command, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
 pub use state::{
-    DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Sandbox, SandboxPhase, SandboxSpec,
-    State, Workspace, WorkspacePhase,
+    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
+    ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec,
+    SshSession, State, Workspace, WorkspacePhase,
 };

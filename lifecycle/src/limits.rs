@@ -34,3 +34,19 @@ pub const STATUS_MESSAGE_LENGTH_MAX: usize = 1024;
 pub const PAGE_SIZE_DEFAULT: usize = 100;
 /// Largest page a list request may ask for.
 pub const PAGE_SIZE_MAX: usize = 1_000;
+/// Most SSH sessions open on one sandbox.
+pub const SESSIONS_PER_SANDBOX_MAX: usize = 10_000;
+/// Longest lifetime of an SSH session.
+pub const SESSION_TTL_SECONDS_MAX: u64 = 7 * 24 * 3600;
+/// Largest sandbox policy document.
+pub const POLICY_DOCUMENT_BYTES_MAX: usize = 64 * 1024;
+/// Longest request id.
+pub const REQUEST_ID_LENGTH_MAX: usize = 128;
+/// Most request receipts kept at once; new requests are refused with
+/// RESOURCE_EXHAUSTED beyond it rather than forgetting a receipt early.
+pub const RECEIPTS_COUNT_MAX: usize = 1_000_000;
+/// Most requests that may wait on one operation (the first plus joiners).
+pub const OPERATION_WAITERS_MAX: usize = 64;
+/// Most runtime replacements of one sandbox under its restart policy, after
+/// which it stays in ERROR.
+pub const RESTARTS_MAX: u32 = 100;

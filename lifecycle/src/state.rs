@@ -39,6 +39,19 @@ pub struct Workspace {
     pub created_at_ms: i64,
 }
 
+/// What happens when a sandbox's command exits on its own (or its execution
+/// is lost): a new execution replaces it, with the next generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestartPolicy {
+    /// Never relaunch: the sandbox settles in COMPLETED or ERROR.
+    #[default]
+    Never,
+    /// Relaunch after a non-zero exit or a lost execution.
+    OnFailure,
+    /// Relaunch after every exit.
+    Always,
+}
+
 /// What runs in a sandbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxSpec {
@@ -50,6 +63,9 @@ pub struct SandboxSpec {
     pub image: String,
     /// Driver-specific settings.
     pub driver_config: BTreeMap<String, String>,
+    /// Whether exits are followed by a replacement execution.
+    #[serde(default)]
+    pub restart_policy: RestartPolicy,
 }
 
 /// Phase of a sandbox.
@@ -127,6 +143,97 @@ pub struct Execution {
     pub exit_code: Option<i32>,
 }
 
+/// An open SSH session: an owned record of its sandbox. Only the SHA-256 of
+/// its token is kept; the token itself is shown once, to the caller that
+/// created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshSession {
+    /// Session id (chosen by the proposer).
+    pub id: String,
+    /// The sandbox it belongs to.
+    pub sandbox_id: String,
+    /// Hex SHA-256 of the session token.
+    pub token_sha256: String,
+    /// Proposer's clock when it was created.
+    pub created_at_ms: i64,
+    /// When it stops being valid (removed by the next time tick after).
+    pub expires_at_ms: i64,
+}
+
+/// A sandbox's policy: an owned record, versioned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    /// Grows by one on every change, starting at 1.
+    pub version: u64,
+    /// The policy document (opaque to Palisade).
+    pub document: String,
+    /// Proposer's clock at the last change.
+    pub updated_at_ms: i64,
+}
+
+/// The cluster's identity, chosen once by the first leader: the secret
+/// execution tokens are signed with. Lives in the replicated state (so
+/// every replica verifies tokens, and it survives snapshots).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterIdentity {
+    /// Random cluster id.
+    pub cluster_id: String,
+    /// Hex of the 32-byte token secret.
+    pub token_secret_hex: String,
+}
+
+/// Which RPC a receipt belongs to; a request id is bound to one RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReceiptRpc {
+    /// CreateSandbox.
+    CreateSandbox,
+    /// StopSandbox.
+    StopSandbox,
+    /// StartSandbox.
+    StartSandbox,
+    /// DeleteSandbox.
+    DeleteSandbox,
+}
+
+/// The terminal result a receipt replays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReceiptResult {
+    /// The operation the request began (or joined) is still in flight.
+    Pending {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// Operation kind.
+        kind: OperationKind,
+        /// Target generation.
+        generation: u64,
+    },
+    /// The sandbox as it was when the request's operation ended.
+    Sandbox(Box<Sandbox>),
+    /// The sandbox was deleted.
+    Deleted {
+        /// Its id.
+        sandbox_id: String,
+    },
+    /// The request was rejected at apply.
+    Rejected(crate::apply::Rejection),
+}
+
+/// What the cluster remembers of a request id, for at least the receipt
+/// retention (24 h by default).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The RPC the request id was first used with.
+    pub rpc: ReceiptRpc,
+    /// Digest of the request's payload; a retry must match it.
+    pub payload_digest: String,
+    /// Proposer's clock when the request was first applied.
+    pub created_at_ms: i64,
+    /// Log index of the entry that first applied it.
+    pub created_at_index: u64,
+    /// Its result, replayed to retries.
+    pub result: ReceiptResult,
+}
+
 /// Kind of a lifecycle operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OperationKind {
@@ -149,6 +256,9 @@ pub struct Operation {
     pub generation: u64,
     /// Log index of the entry that began it.
     pub begun_at_index: u64,
+    /// Request ids waiting on it; their receipts settle when it ends.
+    #[serde(default)]
+    pub request_ids: Vec<String>,
 }
 
 /// A sandbox: identity, spec, status and the operation in flight.
@@ -179,6 +289,13 @@ pub struct Sandbox {
     pub message: Option<String>,
     /// Operation in flight, if any.
     pub operation: Option<Operation>,
+    /// The sandbox's persistent SSH host identity, chosen at create; it
+    /// survives every execution (runtime replacements included).
+    #[serde(default)]
+    pub host_identity: String,
+    /// How many times the restart policy replaced an execution.
+    #[serde(default)]
+    pub restart_count: u32,
 }
 
 /// The whole replicated state.
@@ -190,6 +307,22 @@ pub struct State {
     pub sandboxes: BTreeMap<String, Sandbox>,
     /// workspace name -> sandbox name -> sandbox id.
     pub names: BTreeMap<String, BTreeMap<String, String>>,
+    /// Owned records: sandbox id -> session id -> SSH session. Keyed by
+    /// sandbox so the sandbox's removal drops all of them in one step.
+    #[serde(default)]
+    pub ssh_sessions: BTreeMap<String, BTreeMap<String, SshSession>>,
+    /// Owned records: sandbox id -> policy.
+    #[serde(default)]
+    pub policies: BTreeMap<String, SandboxPolicy>,
+    /// request id -> receipt.
+    #[serde(default)]
+    pub receipts: BTreeMap<String, Receipt>,
+    /// The cluster's identity, once the first leader chose it.
+    #[serde(default)]
+    pub cluster: Option<ClusterIdentity>,
+    /// The latest time a leader's tick brought in (never goes back).
+    #[serde(default)]
+    pub clock_ms: i64,
 }
 
 impl Default for State {
@@ -213,6 +346,11 @@ impl State {
             workspaces: BTreeMap::from([(DEFAULT_WORKSPACE.to_string(), default)]),
             sandboxes: BTreeMap::new(),
             names: BTreeMap::from([(DEFAULT_WORKSPACE.to_string(), BTreeMap::new())]),
+            ssh_sessions: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            receipts: BTreeMap::new(),
+            cluster: None,
+            clock_ms: 0,
         }
     }
 

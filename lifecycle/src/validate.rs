@@ -172,6 +172,37 @@ pub fn spec(spec: &SandboxSpec) -> Result<(), InvalidInput> {
     )
 }
 
+/// Checks a client-chosen request id: 1 to 128 printable ASCII characters.
+pub fn request_id(value: &str) -> Result<(), InvalidInput> {
+    if value.is_empty() || value.len() > REQUEST_ID_LENGTH_MAX {
+        return Err(invalid(
+            "request_id",
+            format!("must be 1 to {REQUEST_ID_LENGTH_MAX} characters"),
+        ));
+    }
+    if !value.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(invalid(
+            "request_id",
+            "may contain only printable ASCII characters without spaces",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a sandbox policy document.
+pub fn policy_document(document: &str) -> Result<(), InvalidInput> {
+    if document.len() > POLICY_DOCUMENT_BYTES_MAX {
+        return Err(invalid(
+            "policy",
+            format!(
+                "{} bytes; at most {POLICY_DOCUMENT_BYTES_MAX} are allowed",
+                document.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a list page size and returns the size to use.
 pub fn page_size(requested: u32) -> Result<usize, InvalidInput> {
     match requested as usize {

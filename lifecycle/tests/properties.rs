@@ -21,24 +21,108 @@ fn target() -> impl Strategy<Value = SandboxTarget> {
     ]
 }
 
+/// Request ids from a small set, so retries and reuse both happen; the
+/// digest is derived from the payload, as the gateway does.
+fn request(payload: String) -> impl Strategy<Value = RequestMeta> {
+    (0..6usize).prop_map(move |r| RequestMeta {
+        id: format!("q{r}"),
+        payload_digest: payload.clone(),
+        time_ms: 0,
+    })
+}
+
+fn expected_execution() -> impl Strategy<Value = Option<ExecutionRef>> {
+    proptest::option::of(
+        (0..IDS.len(), 1u64..4).prop_map(|(i, generation)| ExecutionRef {
+            sandbox_id: IDS[i].into(),
+            generation,
+        }),
+    )
+}
+
 fn command() -> impl Strategy<Value = Command> {
     let id = (0..IDS.len()).prop_map(|i| IDS[i].to_string());
     let generation = 1u64..4;
+    let restart = prop_oneof![
+        Just(RestartPolicy::Never),
+        Just(RestartPolicy::OnFailure),
+        Just(RestartPolicy::Always)
+    ];
     prop_oneof![
-        (id.clone(), 0..WORKSPACES.len(), 0..NAMES.len()).prop_map(|(id, w, n)| {
-            Command::BeginCreate {
-                id,
-                workspace: WORKSPACES[w].into(),
-                name: NAMES[n].into(),
-                spec: SandboxSpec::default(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::new(),
+        (id.clone(), 0..WORKSPACES.len(), 0..NAMES.len(), restart)
+            .prop_flat_map(|(id, w, n, restart_policy)| {
+                let payload = format!("create {id} {w} {n} {restart_policy:?}");
+                request(payload).prop_map(move |request| Command::BeginCreate {
+                    id: id.clone(),
+                    workspace: WORKSPACES[w].into(),
+                    name: NAMES[n].into(),
+                    spec: SandboxSpec {
+                        restart_policy,
+                        ..SandboxSpec::default()
+                    },
+                    labels: BTreeMap::new(),
+                    annotations: BTreeMap::new(),
+                    time_ms: 0,
+                    host_identity: "h".into(),
+                    request,
+                })
+            }),
+        (target(), expected_execution()).prop_flat_map(|(target, expected_execution)| {
+            request(format!("stop {target:?} {expected_execution:?}")).prop_map(move |request| {
+                Command::BeginStop {
+                    target: target.clone(),
+                    expected_execution: expected_execution.clone(),
+                    request,
+                }
+            })
+        }),
+        (target(), expected_execution()).prop_flat_map(|(target, expected_execution)| {
+            request(format!("start {target:?} {expected_execution:?}")).prop_map(move |request| {
+                Command::BeginStart {
+                    target: target.clone(),
+                    expected_execution: expected_execution.clone(),
+                    request,
+                }
+            })
+        }),
+        (target(), proptest::option::of(id.clone()), expected_execution()).prop_flat_map(
+            |(target, expected_sandbox_id, expected_execution)| {
+                request(format!("delete {target:?} {expected_sandbox_id:?} {expected_execution:?}"))
+                    .prop_map(move |request| Command::BeginDelete {
+                        target: target.clone(),
+                        expected_sandbox_id: expected_sandbox_id.clone(),
+                        expected_execution: expected_execution.clone(),
+                        request,
+                    })
+            }
+        ),
+        (target(), 0..4u32).prop_map(|(target, s)| Command::CreateSshSession {
+            target,
+            session_id: format!("s{s}"),
+            token_sha256: "0".repeat(64),
+            expires_at_ms: i64::from(s) * 10,
+            time_ms: 0,
+        }),
+        (target(), 0..4u32).prop_map(|(target, s)| Command::RevokeSshSession {
+            target,
+            session_id: format!("s{s}"),
+        }),
+        (target(), proptest::option::of(0u64..3)).prop_map(|(target, expected_version)| {
+            Command::SetSandboxPolicy {
+                target,
+                document: "p".into(),
+                expected_version,
                 time_ms: 0,
             }
         }),
-        target().prop_map(|target| Command::BeginStop { target }),
-        target().prop_map(|target| Command::BeginStart { target }),
-        target().prop_map(|target| Command::BeginDelete { target }),
+        (0i64..100).prop_map(|now_ms| Command::Tick {
+            now_ms,
+            receipt_retention_ms: 20
+        }),
+        (id.clone(), generation.clone()).prop_map(|(id, generation)| Command::ObserveLost {
+            sandbox_id: id,
+            generation
+        }),
         (id.clone(), generation.clone(), any::<bool>()).prop_map(|(id, generation, ok)| {
             Command::CompleteLaunch {
                 sandbox_id: id,
@@ -96,7 +180,22 @@ proptest! {
             prop_assert_eq!(&state, &replica);
             state.assert_invariants();
             if response.is_err() {
-                prop_assert_eq!(&state, &before, "a rejection must change nothing");
+                // A rejection changes nothing but its receipt.
+                let mut without_new_receipt = state.clone();
+                without_new_receipt.receipts.retain(|id, _| before.receipts.contains_key(id));
+                prop_assert_eq!(&without_new_receipt, &before, "a rejection must change nothing");
+            }
+            // Every pending receipt waits on an operation that lists it.
+            for (request_id, receipt) in &state.receipts {
+                if let ReceiptResult::Pending { sandbox_id, kind, generation } = &receipt.result {
+                    let operation = state.sandboxes.get(sandbox_id).and_then(|s| s.operation.as_ref());
+                    prop_assert!(
+                        operation.is_some_and(|op| op.kind == *kind
+                            && op.generation == *generation
+                            && op.request_ids.contains(request_id)),
+                        "receipt {} is pending on an operation that does not wait for it", request_id
+                    );
+                }
             }
             // Ids are UUIDs in production; this test reuses a few, so a
             // removed sandbox's history ends with it.

@@ -2,8 +2,45 @@
 //! read top to bottom like the spec.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use palisade_lifecycle::*;
+
+/// A request with a fresh id (each call a new client request).
+fn fresh() -> RequestMeta {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    RequestMeta {
+        id: format!("request-{id}"),
+        payload_digest: format!("digest-{id}"),
+        time_ms: 1_000,
+    }
+}
+
+fn stop(target: SandboxTarget) -> Command {
+    Command::BeginStop {
+        target,
+        expected_execution: None,
+        request: fresh(),
+    }
+}
+
+fn start(target: SandboxTarget) -> Command {
+    Command::BeginStart {
+        target,
+        expected_execution: None,
+        request: fresh(),
+    }
+}
+
+fn delete(target: SandboxTarget) -> Command {
+    Command::BeginDelete {
+        target,
+        expected_sandbox_id: None,
+        expected_execution: None,
+        request: fresh(),
+    }
+}
 
 /// A tiny log: applies commands at increasing indexes and checks invariants
 /// after every step.
@@ -51,6 +88,8 @@ fn create(id: &str, name: &str) -> Command {
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
         time_ms: 1_000,
+        host_identity: format!("host-{id}"),
+        request: fresh(),
     }
 }
 
@@ -100,9 +139,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").resource_version, 2);
 
     // Stop, then the driver confirms.
-    log.apply(Command::BeginStop {
-        target: by_name("demo"),
-    })
+    log.apply(stop(by_name("demo")))
     .unwrap();
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
     log.apply(Command::CompleteStop {
@@ -115,9 +152,7 @@ fn create_stop_start_delete_walkthrough() {
 
     // Start: generation 2.
     let outcome = log
-        .apply(Command::BeginStart {
-            target: by_name("demo"),
-        })
+        .apply(start(by_name("demo")))
         .unwrap();
     assert_eq!(
         outcome,
@@ -132,9 +167,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").execution.generation, 2);
 
     // Delete: DELETING, then one entry removes the sandbox and its name.
-    log.apply(Command::BeginDelete {
-        target: by_name("demo"),
-    })
+    log.apply(delete(by_name("demo")))
     .unwrap();
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
     log.apply(Command::CompleteDelete {
@@ -172,18 +205,20 @@ fn rejections_change_nothing() {
     );
     // Stop while provisioning: an operation is in flight.
     assert_eq!(
-        reason(log.apply(Command::BeginStop {
-            target: by_name("demo")
-        })),
+        reason(log.apply(stop(by_name("demo")
+        ))),
         Reason::InvalidPhase
     );
     assert_eq!(
-        reason(log.apply(Command::BeginStop {
-            target: by_name("missing")
-        })),
+        reason(log.apply(stop(by_name("missing")
+        ))),
         Reason::SandboxNotFound
     );
-    assert_eq!(log.state, before);
+    // A rejection changes nothing but its receipt (so a retry replays it).
+    let mut after = log.state.clone();
+    after.receipts.retain(|id, _| before.receipts.contains_key(id));
+    assert_eq!(after, before);
+    assert_eq!(log.state.receipts.len(), before.receipts.len() + 5);
 }
 
 #[test]
@@ -191,9 +226,7 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
     let mut log = Log::new();
     log.apply(create("a1", "x")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(Command::BeginDelete {
-        target: SandboxTarget::Id("a1".into()),
-    })
+    log.apply(delete(SandboxTarget::Id("a1".into())))
     .unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
@@ -203,9 +236,8 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
 
     // A late delete of the old id finds nothing, and B1 keeps its name.
     assert_eq!(
-        reason(log.apply(Command::BeginDelete {
-            target: SandboxTarget::Id("a1".into())
-        })),
+        reason(log.apply(delete(SandboxTarget::Id("a1".into())
+        ))),
         Reason::SandboxNotFound
     );
     assert_eq!(
@@ -229,9 +261,7 @@ fn stale_completions_are_ignored() {
         }
     );
     // Delete supersedes the launch; the launch's late completion is ignored.
-    log.apply(Command::BeginDelete {
-        target: by_name("demo"),
-    })
+    log.apply(delete(by_name("demo")))
     .unwrap();
     assert_eq!(
         log.apply(launched("a1", 1)).unwrap(),
@@ -283,9 +313,7 @@ fn exits_complete_or_fail_the_running_execution() {
     assert_eq!(log.sandbox("b1").execution.exit_code, Some(3));
 
     // A finished sandbox can be started again: generation 2.
-    log.apply(Command::BeginStart {
-        target: by_name("bad"),
-    })
+    log.apply(start(by_name("bad")))
     .unwrap();
     assert_eq!(log.sandbox("b1").execution.generation, 2);
     assert_eq!(log.sandbox("b1").execution.exit_code, None);
@@ -317,35 +345,28 @@ fn joining_and_already_done() {
     log.apply(launched("a1", 1)).unwrap();
     // Start of a running sandbox: nothing to do.
     assert_eq!(
-        log.apply(Command::BeginStart {
-            target: by_name("demo")
-        })
+        log.apply(start(by_name("demo")
+        ))
         .unwrap(),
         Outcome::AlreadyDone {
             sandbox_id: "a1".into()
         }
     );
-    log.apply(Command::BeginStop {
-        target: by_name("demo"),
-    })
+    log.apply(stop(by_name("demo")))
     .unwrap();
     // A second stop joins the first.
     assert!(matches!(
-        log.apply(Command::BeginStop {
-            target: by_name("demo")
-        })
+        log.apply(stop(by_name("demo")
+        ))
         .unwrap(),
         Outcome::OperationJoined { generation: 1, .. }
     ));
-    log.apply(Command::BeginDelete {
-        target: by_name("demo"),
-    })
+    log.apply(delete(by_name("demo")))
     .unwrap();
     // A second delete joins the first.
     assert!(matches!(
-        log.apply(Command::BeginDelete {
-            target: by_name("demo")
-        })
+        log.apply(delete(by_name("demo")
+        ))
         .unwrap(),
         Outcome::OperationJoined {
             kind: OperationKind::Delete,
@@ -382,15 +403,25 @@ fn workspaces_delete_only_when_empty_and_default_is_protected() {
         *workspace = "team".into();
     }
     log.apply(in_team).unwrap();
+    // TERMINATING first, and the answer lists what remains.
     assert_eq!(
-        reason(log.apply(Command::DeleteWorkspace {
+        log.apply(Command::DeleteWorkspace {
             name: "team".into()
-        })),
-        Reason::WorkspaceNotEmpty
+        })
+        .unwrap(),
+        Outcome::WorkspaceTerminating {
+            name: "team".into(),
+            remaining: vec!["demo".into()],
+            remaining_count: 1
+        }
     );
-    log.apply(Command::BeginDelete {
-        target: SandboxTarget::Id("a1".into()),
-    })
+    assert_eq!(log.state.workspaces["team"].phase, WorkspacePhase::Terminating);
+    let mut another = create("a2", "other");
+    if let Command::BeginCreate { workspace, .. } = &mut another {
+        *workspace = "team".into();
+    }
+    assert_eq!(reason(log.apply(another)), Reason::WorkspaceTerminating);
+    log.apply(delete(SandboxTarget::Id("a1".into())))
     .unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
@@ -411,4 +442,316 @@ fn state_round_trips_through_a_snapshot() {
     let bytes = serde_json::to_vec(&log.state).unwrap();
     let restored: State = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(restored, log.state);
+}
+
+fn execution(id: &str, generation: u64) -> Option<ExecutionRef> {
+    Some(ExecutionRef {
+        sandbox_id: id.into(),
+        generation,
+    })
+}
+
+#[test]
+fn request_ids_replay_the_original_result_exactly_once() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let request = RequestMeta {
+        id: "stop-1".into(),
+        payload_digest: "d1".into(),
+        time_ms: 5,
+    };
+    let stop_once = Command::BeginStop {
+        target: by_name("demo"),
+        expected_execution: execution("a1", 1),
+        request: request.clone(),
+    };
+    assert!(matches!(
+        log.apply(stop_once.clone()).unwrap(),
+        Outcome::OperationBegun { .. }
+    ));
+    // While in flight, the retry waits on the same receipt.
+    assert_eq!(
+        log.apply(stop_once.clone()).unwrap(),
+        Outcome::Replayed {
+            request_id: "stop-1".into()
+        }
+    );
+    assert!(matches!(
+        log.state.receipts["stop-1"].result,
+        ReceiptResult::Pending { .. }
+    ));
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        generation: 1,
+        exit_code: Some(143),
+    })
+    .unwrap();
+    // Settled: the sandbox as it was when the stop ended.
+    let ReceiptResult::Sandbox(settled) = &log.state.receipts["stop-1"].result else {
+        panic!("the receipt settles with the sandbox");
+    };
+    assert_eq!(settled.phase, SandboxPhase::Stopped);
+    // A later start does not change what the stop's retry replays.
+    log.apply(start(by_name("demo"))).unwrap();
+    assert_eq!(
+        log.apply(stop_once).unwrap(),
+        Outcome::Replayed {
+            request_id: "stop-1".into()
+        }
+    );
+    let ReceiptResult::Sandbox(settled) = &log.state.receipts["stop-1"].result else {
+        panic!("still settled");
+    };
+    assert_eq!(settled.phase, SandboxPhase::Stopped);
+    // The same id with another payload is refused.
+    let reused = Command::BeginStop {
+        target: by_name("demo"),
+        expected_execution: execution("a1", 2),
+        request: RequestMeta {
+            payload_digest: "d2".into(),
+            ..request
+        },
+    };
+    assert_eq!(reason(log.apply(reused)), Reason::RequestIdReused);
+}
+
+#[test]
+fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        generation: 1,
+        exit_code: None,
+    })
+    .unwrap();
+    log.apply(start(by_name("demo"))).unwrap();
+    log.apply(launched("a1", 2)).unwrap();
+    // An observation of generation 1 arrives late: its stop is stale.
+    let late = Command::BeginStop {
+        target: by_name("demo"),
+        expected_execution: execution("a1", 1),
+        request: RequestMeta {
+            id: "late".into(),
+            payload_digest: "late".into(),
+            time_ms: 9,
+        },
+    };
+    assert_eq!(reason(log.apply(late.clone())), Reason::StaleExecution);
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Ready);
+    assert_eq!(log.apply(late).unwrap(), Outcome::Replayed { request_id: "late".into() });
+    assert!(matches!(
+        &log.state.receipts["late"].result,
+        ReceiptResult::Rejected(rejection) if rejection.reason == Reason::StaleExecution
+    ));
+    // A same-name replacement is never reached by the old sandbox's token.
+    log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
+    log.apply(Command::CompleteDelete {
+        sandbox_id: "a1".into(),
+    })
+    .unwrap();
+    log.apply(create("b1", "demo")).unwrap();
+    log.apply(launched("b1", 1)).unwrap();
+    let old_token = Command::BeginStop {
+        target: by_name("demo"),
+        expected_execution: execution("a1", 1),
+        request: fresh(),
+    };
+    assert_eq!(reason(log.apply(old_token)), Reason::StaleExecution);
+    assert_eq!(log.sandbox("b1").phase, SandboxPhase::Ready);
+}
+
+#[test]
+fn expected_sandbox_id_guards_delete_by_name() {
+    let mut log = Log::new();
+    log.apply(create("a1", "x")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
+    log.apply(Command::CompleteDelete {
+        sandbox_id: "a1".into(),
+    })
+    .unwrap();
+    log.apply(create("b1", "x")).unwrap();
+    let stale_delete = Command::BeginDelete {
+        target: by_name("x"),
+        expected_sandbox_id: Some("a1".into()),
+        expected_execution: None,
+        request: fresh(),
+    };
+    let rejection = log.apply(stale_delete).unwrap_err();
+    assert_eq!(rejection.reason, Reason::SandboxIdentityMismatch);
+    assert!(!rejection.message.contains("b1"), "the current id is not disclosed");
+    assert_eq!(log.sandbox("b1").phase, SandboxPhase::Provisioning);
+}
+
+fn session(name: &str, session_id: &str, expires_at_ms: i64) -> Command {
+    Command::CreateSshSession {
+        target: by_name(name),
+        session_id: session_id.into(),
+        token_sha256: "0".repeat(64),
+        expires_at_ms,
+        time_ms: 0,
+    }
+}
+
+#[test]
+fn owned_records_go_with_their_sandbox_in_one_step() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    assert_eq!(
+        reason(log.apply(session("demo", "s0", 10))),
+        Reason::InvalidPhase,
+        "SSH sessions need a READY sandbox"
+    );
+    log.apply(launched("a1", 1)).unwrap();
+    for at in 0..5_000 {
+        log.apply(session("demo", &format!("s{at}"), i64::MAX)).unwrap();
+    }
+    log.apply(Command::SetSandboxPolicy {
+        target: by_name("demo"),
+        document: "{}".into(),
+        expected_version: Some(0),
+        time_ms: 0,
+    })
+    .unwrap();
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 5_000);
+    log.apply(delete(by_name("demo"))).unwrap();
+    // One entry removes the sandbox, its name, 5,000 sessions and the policy.
+    log.apply(Command::CompleteDelete {
+        sandbox_id: "a1".into(),
+    })
+    .unwrap();
+    assert!(log.state.ssh_sessions.is_empty());
+    assert!(log.state.policies.is_empty());
+}
+
+#[test]
+fn stopping_revokes_sessions_and_policies_are_versioned() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(session("demo", "s1", i64::MAX)).unwrap();
+    log.apply(Command::RevokeSshSession {
+        target: by_name("demo"),
+        session_id: "s1".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        reason(log.apply(Command::RevokeSshSession {
+            target: by_name("demo"),
+            session_id: "s1".into()
+        })),
+        Reason::SessionNotFound
+    );
+    log.apply(session("demo", "s2", i64::MAX)).unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
+    assert!(log.state.ssh_sessions.is_empty(), "stop revokes sessions");
+
+    let set = |expected_version| Command::SetSandboxPolicy {
+        target: by_name("demo"),
+        document: "{\"egress\":false}".into(),
+        expected_version,
+        time_ms: 0,
+    };
+    assert_eq!(
+        log.apply(set(None)).unwrap(),
+        Outcome::PolicySet {
+            sandbox_id: "a1".into(),
+            version: 1
+        }
+    );
+    assert_eq!(reason(log.apply(set(Some(0)))), Reason::PolicyVersionMismatch);
+    assert_eq!(
+        log.apply(set(Some(1))).unwrap(),
+        Outcome::PolicySet {
+            sandbox_id: "a1".into(),
+            version: 2
+        }
+    );
+}
+
+#[test]
+fn ticks_expire_settled_receipts_and_sessions_only() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap(); // a pending receipt, time 1_000
+    log.apply(create("a1", "demo")).unwrap_err(); // a settled rejection, time 1_000
+    assert_eq!(log.state.receipts.len(), 2);
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(session("demo", "short", 5_000)).unwrap();
+    log.apply(session("demo", "long", 50_000)).unwrap();
+    let day = 24 * 3600 * 1000;
+    log.apply(Command::Tick {
+        now_ms: 10_000,
+        receipt_retention_ms: day,
+    })
+    .unwrap();
+    assert_eq!(log.state.receipts.len(), 2, "nothing is a day old yet");
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 1, "the short session expired");
+    log.apply(Command::Tick {
+        now_ms: 1_000 + day,
+        receipt_retention_ms: day,
+    })
+    .unwrap();
+    assert!(log.state.receipts.is_empty());
+    assert!(log.state.ssh_sessions.is_empty());
+    // The clock never goes back.
+    log.apply(Command::Tick {
+        now_ms: 0,
+        receipt_retention_ms: day,
+    })
+    .unwrap();
+    assert_eq!(log.state.clock_ms, 1_000 + day);
+}
+
+#[test]
+fn restart_policy_replaces_executions_with_the_next_generation() {
+    let mut log = Log::new();
+    let mut command = create("a1", "demo");
+    if let Command::BeginCreate { spec, .. } = &mut command {
+        spec.restart_policy = RestartPolicy::OnFailure;
+    }
+    log.apply(command).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let host = log.sandbox("a1").host_identity.clone();
+    log.apply(Command::ObserveExit {
+        sandbox_id: "a1".into(),
+        generation: 1,
+        exit_code: 1,
+    })
+    .unwrap();
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Starting);
+    assert_eq!(log.sandbox("a1").execution.generation, 2);
+    assert_eq!(log.sandbox("a1").host_identity, host, "the host identity survives");
+    log.apply(launched("a1", 2)).unwrap();
+    // A lost execution is replaced too.
+    log.apply(Command::ObserveLost {
+        sandbox_id: "a1".into(),
+        generation: 2,
+    })
+    .unwrap();
+    assert_eq!(log.sandbox("a1").execution.generation, 3);
+    log.apply(launched("a1", 3)).unwrap();
+    // A clean exit under OnFailure completes.
+    log.apply(Command::ObserveExit {
+        sandbox_id: "a1".into(),
+        generation: 3,
+        exit_code: 0,
+    })
+    .unwrap();
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Completed);
+}
+
+#[test]
+fn the_cluster_identity_is_chosen_once() {
+    let mut log = Log::new();
+    let init = |secret: &str| Command::InitializeCluster {
+        cluster_id: "c".into(),
+        token_secret_hex: secret.into(),
+    };
+    log.apply(init("aa")).unwrap();
+    log.apply(init("bb")).unwrap();
+    assert_eq!(log.state.cluster.as_ref().unwrap().token_secret_hex, "aa");
 }
