@@ -1,10 +1,14 @@
 //! The Rust client the CLI uses: several endpoints, failover between them.
 //!
-//! A call goes to the first endpoint that answers. It moves on to the next
-//! endpoint only when the request certainly did not take effect: the
-//! connection could not be made, or the replica answered NO_LEADER or
-//! SHUTTING_DOWN before proposing anything. Any other answer, including
-//! "outcome unknown", is returned to the caller as is.
+//! A call goes to the first endpoint that answers. On UNAVAILABLE (the
+//! connection failed or broke, no leader, leadership changed, outcome not
+//! known yet, replica shutting down) it retries, moving to the next
+//! endpoint, until its failover deadline. That is safe because every
+//! lifecycle write carries a request id that the caller keeps across these
+//! retries: the cluster applies it once and replays the original result.
+//! (SSH-session creation and policy writes carry no request id; a retry of
+//! one whose outcome was unknown may apply it twice — policies guard with
+//! `expected_version`.) Any other answer is returned as is.
 
 use std::time::Duration;
 
@@ -12,7 +16,7 @@ use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::errors::{NO_LEADER, SHUTTING_DOWN, reason_of};
+use crate::errors::reason_of;
 
 /// How long to try to connect to one endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -132,6 +136,12 @@ impl Client {
         Ok(channel)
     }
 
+    /// Stops preferring the endpoint that answered last (it went away).
+    pub fn forget_preferred(&mut self) {
+        self.channels[self.preferred] = None;
+        self.preferred = (self.preferred + 1) % self.endpoints.len();
+    }
+
     /// Calls `call` on the `palisade.v1.Palisade` service with failover.
     pub async fn palisade<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
     where
@@ -174,18 +184,15 @@ impl Client {
                         self.preferred = at;
                         return Ok(response.into_inner());
                     }
-                    Err(status) if is_not_sent(&status) => {
-                        // The connection broke before the request reached a
-                        // replica: forget the channel and try the next one.
-                        self.channels[at] = None;
-                        last_error = format!("{}: {}", self.endpoints[at], status.message());
+                    Err(status) if status.code() == tonic::Code::Unavailable => {
+                        if reason_of(&status).is_none() {
+                            // A transport failure: reconnect next time.
+                            self.channels[at] = None;
+                        }
+                        last_error =
+                            format!("{}: {}", self.endpoints[at], describe_status(&status));
                     }
                     Err(status) => {
-                        let reason = reason_of(&status);
-                        if matches!(reason.as_deref(), Some(NO_LEADER) | Some(SHUTTING_DOWN)) {
-                            last_error = describe_status(&status);
-                            continue;
-                        }
                         self.preferred = at;
                         return Err(ClientError::Status(status));
                     }
@@ -200,13 +207,4 @@ impl Client {
             tokio::time::sleep(FAILOVER_BACKOFF).await;
         }
     }
-}
-
-/// True for a transport failure that happened before the server saw the
-/// request (connection refused or reset while connecting), as opposed to a
-/// status the server sent.
-fn is_not_sent(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::Unavailable
-        && reason_of(status).is_none()
-        && status.message().contains("connect")
 }

@@ -47,8 +47,30 @@ fn operation_kind_to_proto(kind: core::OperationKind) -> v1::OperationKind {
     }
 }
 
-/// Core sandbox -> API sandbox.
-pub fn sandbox_to_proto(sandbox: &core::Sandbox) -> v1::Sandbox {
+/// Core restart policy -> API.
+pub fn restart_policy_to_proto(policy: core::RestartPolicy) -> v1::RestartPolicy {
+    match policy {
+        core::RestartPolicy::Never => v1::RestartPolicy::Never,
+        core::RestartPolicy::OnFailure => v1::RestartPolicy::OnFailure,
+        core::RestartPolicy::Always => v1::RestartPolicy::Always,
+    }
+}
+
+/// API restart policy -> core (None for an unknown value).
+pub fn restart_policy_from_proto(policy: i32) -> Option<core::RestartPolicy> {
+    Some(match v1::RestartPolicy::try_from(policy).ok()? {
+        v1::RestartPolicy::Unspecified | v1::RestartPolicy::Never => core::RestartPolicy::Never,
+        v1::RestartPolicy::OnFailure => core::RestartPolicy::OnFailure,
+        v1::RestartPolicy::Always => core::RestartPolicy::Always,
+    })
+}
+
+/// Core sandbox -> API sandbox, with the token of its current execution
+/// (minted with the cluster's secret, when it has one).
+pub fn sandbox_to_proto(
+    sandbox: &core::Sandbox,
+    cluster: Option<&core::ClusterIdentity>,
+) -> v1::Sandbox {
     let execution = &sandbox.execution;
     v1::Sandbox {
         metadata: Some(v1::ObjectMeta {
@@ -65,6 +87,7 @@ pub fn sandbox_to_proto(sandbox: &core::Sandbox) -> v1::Sandbox {
             env: sandbox.spec.env.clone().into_iter().collect(),
             image: sandbox.spec.image.clone(),
             driver_config: sandbox.spec.driver_config.clone().into_iter().collect(),
+            restart_policy: restart_policy_to_proto(sandbox.spec.restart_policy) as i32,
         }),
         status: Some(v1::SandboxStatus {
             phase: phase_to_proto(sandbox.phase) as i32,
@@ -82,19 +105,23 @@ pub fn sandbox_to_proto(sandbox: &core::Sandbox) -> v1::Sandbox {
                 begun_at_index: op.begun_at_index,
             }),
             message: sandbox.message.clone().unwrap_or_default(),
+            ssh_host_identity: sandbox.host_identity.clone(),
+            restart_count: sandbox.restart_count,
         }),
+        execution_token: crate::token::mint(cluster, &sandbox.id, execution.generation),
     }
 }
 
-/// API spec -> core spec.
-pub fn spec_from_proto(spec: Option<v1::SandboxSpec>) -> core::SandboxSpec {
+/// API spec -> core spec (None for an unknown restart policy).
+pub fn spec_from_proto(spec: Option<v1::SandboxSpec>) -> Option<core::SandboxSpec> {
     let spec = spec.unwrap_or_default();
-    core::SandboxSpec {
+    Some(core::SandboxSpec {
         command: spec.command,
         env: spec.env.into_iter().collect(),
         image: spec.image,
         driver_config: spec.driver_config.into_iter().collect(),
-    }
+        restart_policy: restart_policy_from_proto(spec.restart_policy)?,
+    })
 }
 
 /// Core workspace -> API workspace.

@@ -65,6 +65,10 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
         | Reason::WorkspaceTerminating
         | Reason::DefaultWorkspaceProtected => Code::FailedPrecondition,
         Reason::ResourceExhausted => Code::ResourceExhausted,
+        Reason::SandboxIdentityMismatch | Reason::StaleExecution => Code::Aborted,
+        Reason::RequestIdReused => Code::AlreadyExists,
+        Reason::SessionNotFound => Code::NotFound,
+        Reason::PolicyVersionMismatch => Code::Aborted,
     };
     let metadata = match &rejection.reason {
         Reason::InvalidArgument { field } => vec![("field", field.clone())],

@@ -6,10 +6,17 @@
 //! - It is started and stopped by openraft's leader-change callbacks, and a
 //!   new leader resumes every operation it finds pending in the state it
 //!   inherited (the state, not memory, is the to-do list).
-//! - Before each driver call it checks that this node still leads in the
-//!   term it started in; every completion is proposed with
-//!   `write(..).with_leader(term)`, so a completion from an old term is
-//!   rejected before it is appended.
+//! - Before each driver call, and before proposing each completion, it
+//!   confirms that this node still leads in the term it started in — not
+//!   only from its own metrics, which a paused or partitioned leader keeps
+//!   believing, but with a quorum: a leader lease still valid (no network
+//!   round trip), else a heartbeat round that a quorum acknowledges. A
+//!   leader resumed after a pause (SIGSTOP, a long GC or VM stall) finds its
+//!   lease expired, asks, learns of the newer term and steps down, so it
+//!   starts no effect it had not started and proposes no completion. Every
+//!   completion is also proposed with `write(..).with_leader(term)`, and
+//!   openraft refuses proposals from a leader whose lease expired, so a
+//!   completion from an old term is rejected before it is appended.
 //! - Driver calls are idempotent and keyed by (sandbox id, generation), so a
 //!   repeated or late call cannot touch another execution.
 //! - At most one effect runs per sandbox at a time: a delete that supersedes
@@ -23,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use openraft::LinearizerOption;
 use openraft::error::ClientWriteError;
 use openraft::impls::ProgressResponder;
 use palisade_lifecycle::{Command, LaunchResult, OperationKind, SandboxPhase};
@@ -44,6 +52,11 @@ pub struct ExecutorConfig {
     pub retry_backoff: Duration,
     /// Most driver calls in flight at once.
     pub effects_in_flight_max: usize,
+    /// How often the leader brings its clock into the state (expiring
+    /// receipts and SSH sessions).
+    pub tick_interval: Duration,
+    /// How long settled request receipts are kept (at least 24 h promised).
+    pub receipt_retention: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -53,6 +66,8 @@ impl Default for ExecutorConfig {
             observe_interval: Duration::from_millis(500),
             retry_backoff: Duration::from_millis(500),
             effects_in_flight_max: 64,
+            tick_interval: Duration::from_secs(10),
+            receipt_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -133,6 +148,26 @@ impl Executor {
         metrics.current_leader == Some(self.node_id) && metrics.current_term == term
     }
 
+    /// Confirms with a quorum that this node still leads in `term`: a
+    /// leader lease that is still valid answers at once; an expired one
+    /// (after a pause, a partition) makes openraft send a heartbeat round
+    /// and wait (at most one lease) for a quorum to acknowledge it. A newer
+    /// term seen meanwhile makes this node step down and this return false.
+    async fn confirm_leadership(&self, term: u64) -> bool {
+        if !self.still_leads(term) {
+            return false;
+        }
+        let use_lease_else_ask_quorum = LinearizerOption::new(None, true);
+        match self
+            .raft
+            .get_read_linearizer(use_lease_else_ask_quorum)
+            .await
+        {
+            Ok(linearizer) => linearizer.read_log_id().committed_leader_id().term == term,
+            Err(_) => false,
+        }
+    }
+
     async fn run(self: Arc<Self>, term: u64, mut stop: watch::Receiver<bool>) {
         // Sandboxes with an effect running; one effect per sandbox at a time.
         let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -144,6 +179,9 @@ impl Executor {
         let mut observe = tokio::time::interval(self.config.observe_interval);
         observe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut observe_due = false;
+        let mut tick = tokio::time::interval(self.config.tick_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.ensure_cluster_identity(term).await;
         loop {
             if *stop.borrow() || !self.still_leads(term) {
                 break;
@@ -194,6 +232,7 @@ impl Executor {
                 _ = stop.changed() => {}
                 changed = applied.changed() => { if changed.is_err() { break; } }
                 _ = observe.tick() => observe_due = true,
+                _ = tick.tick() => self.propose_tick(term).await,
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Ok((sandbox_id, Retry::After)) = joined {
                         backoff_until.insert(sandbox_id, tokio::time::Instant::now() + self.config.retry_backoff);
@@ -207,10 +246,48 @@ impl Executor {
         debug!("executor loop ended");
     }
 
+    /// The first leader chooses the cluster's identity (the execution-token
+    /// secret) and writes it into the state; later leaders find it there.
+    async fn ensure_cluster_identity(&self, term: u64) {
+        if self.state.read(|applied| applied.state.cluster.is_some()) {
+            return;
+        }
+        let secret: [u8; 32] = rand::random();
+        let command = Command::InitializeCluster {
+            cluster_id: uuid::Uuid::new_v4().to_string(),
+            token_secret_hex: hex::encode(secret),
+        };
+        // Apply keeps the first identity only, so a duplicate is harmless.
+        let _ = self.complete(term, command).await;
+    }
+
+    /// Brings this leader's clock into the state.
+    async fn propose_tick(&self, term: u64) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as i64);
+        let command = Command::Tick {
+            now_ms,
+            receipt_retention_ms: self.config.receipt_retention.as_millis() as i64,
+        };
+        let _ = self.complete(term, command).await;
+    }
+
     /// Performs one effect and proposes its completion.
     async fn perform(&self, term: u64, work: Work) -> Retry {
-        if !self.still_leads(term) {
+        if work.kind.is_none() {
+            // An inspection changes nothing; its completion is fenced.
+            if !self.still_leads(term) {
+                return Retry::No;
+            }
+        } else if !self.confirm_leadership(term).await {
+            info!(
+                term,
+                "leadership in this term not confirmed by a quorum: effect not performed"
+            );
             return Retry::No;
+        } else {
+            debug!(term, "performing effect");
         }
         let driver = &self.driver;
         let (sandbox_id, generation) = (work.sandbox_id.clone(), work.generation);
@@ -289,8 +366,15 @@ impl Executor {
                 }
                 Ok(ExecutionStatus::Running { .. }) => Retry::No,
                 Ok(ExecutionStatus::Absent) => {
-                    warn!("a READY execution is absent from the driver");
-                    Retry::After
+                    warn!("a READY execution is gone without an exit status: recording it as lost");
+                    self.complete(
+                        term,
+                        Command::ObserveLost {
+                            sandbox_id,
+                            generation,
+                        },
+                    )
+                    .await
                 }
                 Err(error) => {
                     warn!(%error, "inspection failed");
@@ -302,10 +386,16 @@ impl Executor {
 
     /// Proposes a completion, fenced by `term`.
     async fn complete(&self, term: u64, command: Command) -> Retry {
-        if !self.still_leads(term) {
+        let name = command.name();
+        if !self.confirm_leadership(term).await {
+            info!(
+                term,
+                command = name,
+                "leadership in this term not confirmed by a quorum: completion not proposed"
+            );
             return Retry::No;
         }
-        let name = command.name();
+        debug!(term, command = name, "proposing completion");
         let (responder, response) = ProgressResponder::complete_only();
         if let Err(fatal) = self
             .raft

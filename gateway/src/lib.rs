@@ -13,6 +13,7 @@
 //!   term.
 //! - [`driver`]: the compute driver trait and the `process` driver.
 //! - [`errors`]: statuses with `google.rpc.ErrorInfo` reasons.
+//! - [`token`]: attested execution tokens.
 //! - [`convert`]: core types <-> API messages.
 //! - [`client`]: the multi-endpoint client the CLI uses.
 //! - [`cli`], [`serve`], [`up`]: the command line.
@@ -29,4 +30,5 @@ pub mod node;
 pub mod replica;
 pub mod serve;
 pub mod service;
+pub mod token;
 pub mod up;

@@ -3,16 +3,27 @@
 //! designed shutdown.
 //!
 //! Shutdown is notify-then-drain (as in mini-redis): the caller passes a
-//! future that resolves when the replica must stop; the replica then hands
-//! leadership off if it leads, stops taking requests, lets in-flight ones
-//! finish for a bounded time, stops the executor and shuts Raft down.
+//! future that resolves when the replica must stop; the replica then
+//!
+//! 1. refuses new public API requests with UNAVAILABLE / SHUTTING_DOWN,
+//!    an answer given before anything was proposed, so clients fail over
+//!    to another replica at once ([`DrainGate`]);
+//! 2. hands leadership off if it leads (requests it was waiting on as
+//!    leader answer LEADERSHIP_CHANGED, and clients retry elsewhere);
+//! 3. lets in-flight public requests finish, for a bounded time, while the
+//!    gRPC server keeps running: peer traffic (replication from the new
+//!    leader, forwarded writes, votes) must go on for them to finish;
+//! 4. only then stops the gRPC server, the executor and Raft.
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -23,7 +34,10 @@ use palisade_raft::peer_service::PeerService;
 use palisade_raft::{LifecycleStateMachine, Node, NodeId, Raft, TypeConfig};
 use palisade_storage::LogStore;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::codegen::{BoxFuture, Service, http};
+use tonic::server::NamedService;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
@@ -206,9 +220,10 @@ pub async fn run_with_listener(
     let local = listener.local_addr()?;
     info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let gate = DrainGate::new();
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(PalisadeServer::new(service))
+        .add_service(gate.guard(PalisadeServer::new(service)))
         .add_service(ClusterAdminServer::new(AdminService::new(replica.clone())))
         .add_service(PeerService::new(raft.clone()).into_server())
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
@@ -227,21 +242,24 @@ pub async fn run_with_listener(
 
     info!(
         node = node_id,
-        "shutting down: handing off leadership, then draining"
+        "shutting down: refusing new requests, handing off leadership, then draining"
     );
-    hand_off_leadership(&replica).await;
+    gate.close();
     health_reporter
         .set_not_serving::<PalisadeServer<PalisadeService>>()
         .await;
-    let _ = drain_tx.send(());
-    if tokio::time::timeout(config.drain_timeout, &mut server)
-        .await
-        .is_err()
-    {
+    hand_off_leadership(&replica).await;
+    if !gate.drained(config.drain_timeout).await {
         warn!(
             "in-flight requests did not finish in {:?}; closing",
             config.drain_timeout
         );
+    }
+    let _ = drain_tx.send(());
+    if tokio::time::timeout(SERVER_CLOSE_TIMEOUT, &mut server)
+        .await
+        .is_err()
+    {
         server.abort();
     }
     executor.step_down();
@@ -332,5 +350,122 @@ async fn hand_off_leadership(replica: &Replica) {
     match moved {
         Ok(_) => info!(to = target, "leadership handed off"),
         Err(error) => warn!(%error, "leadership did not move in time"),
+    }
+}
+
+/// How long the gRPC server may take to close its connections once the
+/// public requests drained (peer streams end as soon as they are told).
+const SERVER_CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Lets the public API refuse new requests while a replica drains, and
+/// counts the requests in flight so shutdown can wait for them.
+///
+/// A refusal is UNAVAILABLE with reason SHUTTING_DOWN, given before the
+/// request reached a handler (nothing was proposed), so a client may retry
+/// it anywhere. Only the public service is gated: peer traffic and cluster
+/// admin keep flowing while the replica drains.
+#[derive(Clone)]
+struct DrainGate {
+    /// Set once, when shutdown begins. Atomic: checked on every request.
+    closed: Arc<AtomicBool>,
+    /// Requests in flight; a `watch` so shutdown can wait for zero.
+    in_flight: Arc<watch::Sender<usize>>,
+}
+
+impl DrainGate {
+    fn new() -> Self {
+        Self {
+            closed: Arc::new(AtomicBool::new(false)),
+            in_flight: Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// Wraps a service so that it passes through this gate.
+    fn guard<S>(&self, inner: S) -> Gated<S> {
+        Gated {
+            inner,
+            gate: self.clone(),
+        }
+    }
+
+    /// Refuses every request from now on.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until no request is in flight; false if `timeout` passed first.
+    async fn drained(&self, timeout: Duration) -> bool {
+        let mut in_flight = self.in_flight.subscribe();
+        tokio::time::timeout(timeout, in_flight.wait_for(|count| *count == 0))
+            .await
+            .is_ok()
+    }
+}
+
+/// Decrements the in-flight count when a request's handler is done.
+struct InFlight(Arc<watch::Sender<usize>>);
+
+impl InFlight {
+    fn enter(counter: &Arc<watch::Sender<usize>>) -> Self {
+        counter.send_modify(|count| *count += 1);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|count| *count -= 1);
+    }
+}
+
+/// A service behind a [`DrainGate`].
+#[derive(Clone)]
+struct Gated<S> {
+    inner: S,
+    gate: DrainGate,
+}
+
+impl<S> NamedService for Gated<S>
+where
+    S: NamedService,
+{
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<tonic::body::Body>> for Gated<S>
+where
+    S: Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        >,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, context: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        // Count first, then check: `drained` never misses a request that
+        // got past a gate that was still open.
+        let in_flight = InFlight::enter(&self.gate.in_flight);
+        if self.gate.closed.load(Ordering::SeqCst) {
+            drop(in_flight);
+            let refusal = crate::errors::unavailable(
+                crate::errors::SHUTTING_DOWN,
+                "this replica is shutting down and took no action; retry on another replica",
+            );
+            return Box::pin(async move { Ok(refusal.into_http()) });
+        }
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            drop(in_flight);
+            response
+        })
     }
 }

@@ -6,6 +6,20 @@
 //! Every outcome that is not a definite answer is reported as "outcome
 //! unknown" (UNAVAILABLE, OUTCOME_PENDING), never as a failure: a timed-out
 //! or discarded proposal may still commit.
+//!
+//! # Handoff semantics
+//!
+//! | what happened | answer |
+//! |---|---|
+//! | no leader known, or the leader could not be reached, within the propose timeout; nothing was sent | UNAVAILABLE, NO_LEADER |
+//! | the entry was appended and then discarded (`LogEntryDiscarded`), a forwarded write got no answer, or the commit did not come in time | UNAVAILABLE, OUTCOME_PENDING |
+//! | the entry committed, this replica proposed it as leader and lost leadership before the operation ended | UNAVAILABLE, LEADERSHIP_CHANGED |
+//! | the operation did not end within the operation wait limit | UNAVAILABLE, OUTCOME_PENDING |
+//!
+//! All of them are retryable, none is a failure: the client retries and
+//! learns the outcome (the new leader resumes every pending operation).
+//! A write refused before it was appended (`ForwardToLeader`), or a forward
+//! that could not even be sent, is retried here, at the leader known next.
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::time::Duration;
@@ -123,9 +137,11 @@ impl Replica {
                     Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
                         tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
                     }
+                    // Appended, then truncated by another leader's log: it may
+                    // still have been replicated and committed by the next leader.
                     Ok(Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(_)))) => {
                         return Err(errors::unavailable(
-                            LEADERSHIP_CHANGED,
+                            OUTCOME_PENDING,
                             "leadership changed while the request was being committed; its outcome is unknown: retry to learn it",
                         ));
                     }
@@ -144,11 +160,24 @@ impl Replica {
                 }
                 continue;
             }
-            match self
-                .peers
-                .forward_write(leader, &address, command.clone(), remaining)
-                .await
-            {
+            let forwarded = self
+                .while_leader_is(
+                    leader,
+                    self.peers
+                        .forward_write(leader, &address, command.clone(), remaining),
+                )
+                .await;
+            let Some(forwarded) = forwarded else {
+                // The leader we forwarded to was replaced (it may be paused or
+                // partitioned): stop waiting for it, it may never answer.
+                return Err(errors::unavailable(
+                    OUTCOME_PENDING,
+                    format!(
+                        "leadership moved away from node {leader} while it held the forwarded request; its outcome is unknown: retry to learn it"
+                    ),
+                ));
+            };
+            match forwarded {
                 Ok(written) => {
                     // Make our own state reflect the entry before the caller reads it.
                     let index = written.log_id.index;
@@ -159,12 +188,14 @@ impl Replica {
                         proposed_as_leader_in: None,
                     });
                 }
-                Err(ForwardError::NotLeader { .. }) => {
+                // Nothing was written: ask again who leads (a dead leader is
+                // replaced within an election timeout).
+                Err(ForwardError::NotLeader { .. } | ForwardError::NotDelivered { .. }) => {
                     tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
                 }
                 Err(ForwardError::Discarded { .. }) => {
                     return Err(errors::unavailable(
-                        LEADERSHIP_CHANGED,
+                        OUTCOME_PENDING,
                         "leadership changed while the request was being committed; its outcome is unknown: retry to learn it",
                     ));
                 }
@@ -185,6 +216,28 @@ impl Replica {
                     ));
                 }
             }
+        }
+    }
+
+    /// Runs `work` while this replica believes `leader` leads; `None` as
+    /// soon as it learns of another leader (or of none, or its Raft stops).
+    /// A request sent to a leader that was then paused or cut off may never
+    /// be answered; this stops waiting for it once an election moved on.
+    async fn while_leader_is<T>(&self, leader: NodeId, work: impl Future<Output = T>) -> Option<T> {
+        let mut metrics = self.raft.metrics();
+        let replaced = async move {
+            loop {
+                if metrics.borrow_watched().current_leader != Some(leader) {
+                    return;
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            done = work => Some(done),
+            () = replaced => None,
         }
     }
 
@@ -230,12 +283,18 @@ impl Replica {
                     Err(_) => continue,
                 }
             } else {
-                match self.peers.read_index(leader, &address, remaining).await {
-                    Ok(index) => index,
-                    Err(_) => {
+                // A read changes nothing: on any failure, or when the leader is
+                // replaced while we ask it, ask the leader known next.
+                match self
+                    .while_leader_is(leader, self.peers.read_index(leader, &address, remaining))
+                    .await
+                {
+                    Some(Ok(index)) => index,
+                    Some(Err(_)) => {
                         tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
                         continue;
                     }
+                    None => continue,
                 }
             };
             return self.wait_applied(read_index, deadline).await;
@@ -269,7 +328,11 @@ impl Replica {
             tokio::select! {
                 changed = applied.changed() => {
                     if changed.is_err() {
-                        return Err(errors::unavailable(errors::SHUTTING_DOWN, "the replica is shutting down; retry on another replica"));
+                        // The operation was accepted and goes on without us.
+                        return Err(errors::unavailable(
+                            OUTCOME_PENDING,
+                            "this replica is shutting down while the operation is in flight; retry on another replica to wait for its result",
+                        ));
                     }
                 }
                 _ = metrics.changed() => {}

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
+use crate::driver::ComputeDriver;
+use crate::driver::noop::NoopDriver;
 use crate::driver::process::ProcessDriver;
 use crate::executor::ExecutorConfig;
 use crate::node::{NodeConfig, RaftTiming};
@@ -38,6 +40,11 @@ pub struct RunArgs {
     /// cluster as a learner.
     #[arg(long, value_parser = parse_initial_cluster)]
     pub initial_cluster: Option<BTreeMap<u64, String>>,
+    /// Compute driver: `process` runs each sandbox as local processes under
+    /// a shim; `noop` runs nothing and is only for benchmarks and tests of
+    /// the control plane. Every replica of a cluster must use the same one.
+    #[arg(long, value_enum, default_value_t = DriverKind::Process)]
+    pub driver: DriverKind,
     /// Directory the process driver keeps executions in. Every replica on a
     /// host must use the same one (default: DATA_DIR/../executions).
     #[arg(long)]
@@ -54,9 +61,21 @@ pub struct RunArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
+    /// Hours a request id's result is kept for retries (at least 24).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(24..=24 * 365))]
+    pub receipt_retention_hours: u64,
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 10)]
     pub drain_seconds: u64,
+}
+
+/// The compute drivers `palisade gateway run --driver` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DriverKind {
+    /// Local processes, one shim per execution (the default).
+    Process,
+    /// Runs nothing, keeps no state: for benchmarks and tests only.
+    Noop,
 }
 
 /// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
@@ -130,18 +149,25 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.node_id
         );
     }
-    let driver_dir = match &args.driver_dir {
-        Some(dir) => dir.clone(),
-        None => args
-            .data_dir
-            .parent()
-            .map(|parent| parent.join("executions"))
-            .unwrap_or_else(|| PathBuf::from("executions")),
+    let driver: Arc<dyn ComputeDriver> = match args.driver {
+        DriverKind::Noop => Arc::new(NoopDriver),
+        DriverKind::Process => {
+            let driver_dir = match &args.driver_dir {
+                Some(dir) => dir.clone(),
+                None => args
+                    .data_dir
+                    .parent()
+                    .map(|parent| parent.join("executions"))
+                    .unwrap_or_else(|| PathBuf::from("executions")),
+            };
+            let shim_program =
+                std::env::current_exe().context("cannot find the palisade executable")?;
+            std::fs::create_dir_all(&driver_dir).with_context(|| {
+                format!("cannot create driver directory {}", driver_dir.display())
+            })?;
+            Arc::new(ProcessDriver::new(driver_dir, shim_program))
+        }
     };
-    let shim_program = std::env::current_exe().context("cannot find the palisade executable")?;
-    std::fs::create_dir_all(&driver_dir)
-        .with_context(|| format!("cannot create driver directory {}", driver_dir.display()))?;
-    let driver = ProcessDriver::new(driver_dir, shim_program);
     let config = NodeConfig {
         node_id: args.node_id,
         listen: args.listen,
@@ -151,10 +177,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         timing,
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),
+            receipt_retention: Duration::from_secs(args.receipt_retention_hours * 3600),
             ..Default::default()
         },
         timeouts: ReplicaTimeouts::default(),
         drain_timeout: Duration::from_secs(args.drain_seconds),
     };
-    crate::node::run(config, Arc::new(driver), shutdown_signal()).await
+    crate::node::run(config, driver, shutdown_signal()).await
 }

@@ -6,16 +6,28 @@
 //! generation) is over: the executor on the leader drives it there.
 
 use std::collections::BTreeMap;
+use std::pin::Pin;
 
 use palisade_lifecycle::{
-    self as core, Command, OperationKind, Outcome, SandboxTarget, State, validate,
+    self as core, ClusterIdentity, Command, ExecutionRef, Outcome, ReceiptResult, RequestMeta,
+    SandboxTarget, State, validate,
 };
 use palisade_proto::v1::{self, palisade_server::Palisade};
-use tonic::{Request, Response, Status};
+use palisade_raft::SandboxChange;
+use sha2::{Digest, Sha256};
+use tokio_stream::Stream;
+use tonic::{Code, Request, Response, Status};
 
 use crate::convert::{phase_from_proto, sandbox_to_proto, spec_from_proto, workspace_to_proto};
 use crate::errors;
 use crate::replica::Replica;
+use crate::token;
+
+/// Default SSH session lifetime.
+const SESSION_TTL_SECONDS_DEFAULT: u32 = 3600;
+/// Depth of a watch stream's queue; a watcher that falls this far behind
+/// holds its stream task until it reads again.
+const WATCH_QUEUE_DEPTH: usize = 256;
 
 /// Implements `palisade.v1.Palisade` and `palisade.v1.ClusterAdmin`.
 #[derive(Clone)]
@@ -32,6 +44,12 @@ impl PalisadeService {
     /// The replica this service answers through.
     pub fn replica(&self) -> &Replica {
         &self.replica
+    }
+
+    fn cluster(&self) -> Option<ClusterIdentity> {
+        self.replica
+            .state
+            .read(|applied| applied.state.cluster.clone())
     }
 
     async fn read_consistency(&self, consistency: i32) -> Result<(), Status> {
@@ -111,69 +129,133 @@ fn describe(target: &SandboxTarget) -> String {
     }
 }
 
-/// The operation a `Begin*` outcome is about, if one is in flight.
-fn begun_operation(outcome: &Outcome) -> Option<(String, OperationKind, u64)> {
-    match outcome {
-        Outcome::OperationBegun {
-            sandbox_id,
-            kind,
-            generation,
-        }
-        | Outcome::OperationJoined {
-            sandbox_id,
-            kind,
-            generation,
-        } => Some((sandbox_id.clone(), *kind, *generation)),
-        _ => None,
-    }
-}
-
-fn outcome_sandbox_id(outcome: &Outcome) -> Option<&str> {
-    match outcome {
-        Outcome::OperationBegun { sandbox_id, .. }
-        | Outcome::OperationJoined { sandbox_id, .. }
-        | Outcome::AlreadyDone { sandbox_id }
-        | Outcome::Completed { sandbox_id }
-        | Outcome::Ignored { sandbox_id } => Some(sandbox_id),
-        _ => None,
-    }
-}
-
-/// What a finished wait found.
+/// What a finished operation left.
 enum Settled {
     Sandbox(Box<core::Sandbox>),
-    Gone,
+    Gone { sandbox_id: String },
+}
+
+/// The request's id (the caller's, or a fresh one) and its payload digest.
+fn request_meta(request_id: &str, payload: &impl serde::Serialize) -> Result<RequestMeta, Status> {
+    let id = if request_id.is_empty() {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        validate::request_id(request_id).map_err(errors::invalid_input)?;
+        request_id.to_string()
+    };
+    let canonical = serde_json::to_vec(payload).map_err(|error| {
+        errors::unavailable(
+            errors::INTERNAL,
+            format!("cannot digest the request: {error}"),
+        )
+    })?;
+    Ok(RequestMeta {
+        id,
+        payload_digest: hex::encode(Sha256::digest(&canonical)),
+        time_ms: now_ms(),
+    })
+}
+
+/// Resolves the target of Stop/Start/Delete: the reference, or the
+/// sandbox the execution token names; and the verified token's execution.
+fn target_and_execution(
+    sandbox: Option<v1::SandboxRef>,
+    expected_execution: &str,
+    cluster: Option<&ClusterIdentity>,
+) -> Result<(SandboxTarget, Option<ExecutionRef>), Status> {
+    let execution = if expected_execution.is_empty() {
+        None
+    } else {
+        Some(token::verify(cluster, expected_execution)?)
+    };
+    let reference = sandbox.unwrap_or_default();
+    let target = match &execution {
+        Some(execution) if reference.name.is_empty() && reference.id.is_empty() => {
+            SandboxTarget::Id(execution.sandbox_id.clone())
+        }
+        _ => target_from_ref(Some(reference))?,
+    };
+    Ok((target, execution))
 }
 
 impl PalisadeService {
-    /// Proposes a `Begin*` command and, unless `no_wait`, waits until the
-    /// operation it began is over. Returns the sandbox as it then is (or
-    /// `Gone` once a delete finished).
-    async fn run_operation(&self, command: Command, no_wait: bool) -> Result<Settled, Status> {
+    /// Proposes a `Begin*` command carrying `request`, then (unless
+    /// `no_wait`) waits until the request's receipt settles and answers
+    /// with it: the original result, for a retry as for the first call.
+    async fn run_operation(
+        &self,
+        command: Command,
+        request: &RequestMeta,
+        no_wait: bool,
+    ) -> Result<Settled, Status> {
         let proposed = self.replica.propose(command).await?;
         let outcome = proposed.response.map_err(errors::rejection)?;
-        let sandbox_id = outcome_sandbox_id(&outcome)
-            .ok_or_else(|| errors::unavailable(errors::INTERNAL, "unexpected apply outcome"))?
-            .to_string();
-        let operation = begun_operation(&outcome).filter(|_| !no_wait);
-        let settled = self
-            .replica
-            .wait_until(proposed.proposed_as_leader_in, |applied| {
-                let sandbox = applied.state.sandboxes.get(&sandbox_id);
-                let Some(sandbox) = sandbox else {
-                    return Some(Settled::Gone);
-                };
-                let in_flight = operation.as_ref().is_some_and(|(_, kind, generation)| {
-                    sandbox
-                        .operation
-                        .as_ref()
-                        .is_some_and(|op| op.kind == *kind && op.generation == *generation)
-                });
-                (!in_flight).then(|| Settled::Sandbox(Box::new(sandbox.clone())))
-            })
-            .await?;
-        Ok(settled)
+        let request_id = request.id.clone();
+        let settled = |applied: &palisade_raft::state_machine::AppliedState| {
+            let receipt = applied.state.receipts.get(&request_id)?;
+            match &receipt.result {
+                ReceiptResult::Pending { sandbox_id, .. } if no_wait => {
+                    Some(match applied.state.sandboxes.get(sandbox_id) {
+                        Some(sandbox) => Ok(Settled::Sandbox(Box::new(sandbox.clone()))),
+                        None => Ok(Settled::Gone {
+                            sandbox_id: sandbox_id.clone(),
+                        }),
+                    })
+                }
+                ReceiptResult::Pending { .. } => None,
+                ReceiptResult::Sandbox(sandbox) => Some(Ok(Settled::Sandbox(sandbox.clone()))),
+                ReceiptResult::Deleted { sandbox_id } => Some(Ok(Settled::Gone {
+                    sandbox_id: sandbox_id.clone(),
+                })),
+                ReceiptResult::Rejected(rejection) => {
+                    Some(Err(errors::rejection(rejection.clone())))
+                }
+            }
+        };
+        if matches!(outcome, Outcome::Replayed { .. })
+            && self
+                .replica
+                .state
+                .read(|applied| !applied.state.receipts.contains_key(&request.id))
+        {
+            return Err(errors::unavailable(
+                errors::INTERNAL,
+                "the request's receipt vanished; retry with a new request id",
+            ));
+        }
+        self.replica
+            .wait_until(proposed.proposed_as_leader_in, settled)
+            .await?
     }
+
+    fn sandbox_answer(&self, settled: Settled, what: &str) -> Result<v1::Sandbox, Status> {
+        match settled {
+            Settled::Sandbox(sandbox) => Ok(sandbox_to_proto(&sandbox, self.cluster().as_ref())),
+            Settled::Gone { sandbox_id } => Err(errors::sandbox_not_found(format!(
+                "with id {sandbox_id}: it was deleted while {what}"
+            ))),
+        }
+    }
+
+    /// The sandbox a reference names, for owned-record reads.
+    fn sandbox_id_of(&self, sandbox: Option<v1::SandboxRef>) -> Result<String, Status> {
+        let target = target_from_ref(sandbox)?;
+        self.replica
+            .state
+            .read(|applied| find(&applied.state, &target).map(|sandbox| sandbox.id.clone()))
+            .ok_or_else(|| errors::sandbox_not_found(describe(&target)))
+    }
+}
+
+fn watch_matches(
+    request: &v1::WatchSandboxesRequest,
+    workspace: &str,
+    sandbox: &core::Sandbox,
+) -> bool {
+    if !request.sandbox_id.is_empty() {
+        return sandbox.id == request.sandbox_id;
+    }
+    request.all_workspaces || sandbox.workspace == workspace
 }
 
 #[tonic::async_trait]
@@ -186,12 +268,28 @@ impl Palisade for PalisadeService {
         let workspace = workspace_or_default(&request.workspace).to_string();
         validate::name("workspace", &workspace).map_err(errors::invalid_input)?;
         validate::name("name", &request.name).map_err(errors::invalid_input)?;
-        let spec = spec_from_proto(request.spec);
+        let spec = spec_from_proto(request.spec).ok_or_else(|| {
+            errors::invalid_input(validate::InvalidInput {
+                field: "spec.restart_policy",
+                problem: "unknown restart policy".into(),
+            })
+        })?;
         validate::spec(&spec).map_err(errors::invalid_input)?;
         let labels: BTreeMap<_, _> = request.labels.into_iter().collect();
         validate::labels("labels", &labels).map_err(errors::invalid_input)?;
         let annotations: BTreeMap<_, _> = request.annotations.into_iter().collect();
         validate::annotations(&annotations).map_err(errors::invalid_input)?;
+        let meta = request_meta(
+            &request.request_id,
+            &(
+                "CreateSandbox",
+                &workspace,
+                &request.name,
+                &spec,
+                &labels,
+                &annotations,
+            ),
+        )?;
         let command = Command::BeginCreate {
             id: uuid::Uuid::new_v4().to_string(),
             workspace,
@@ -199,15 +297,13 @@ impl Palisade for PalisadeService {
             spec,
             labels,
             annotations,
-            time_ms: now_ms(),
+            time_ms: meta.time_ms,
+            host_identity: format!("ssh-host-{}", uuid::Uuid::new_v4().simple()),
+            request: meta.clone(),
         };
-        match self.run_operation(command, request.no_wait).await? {
-            Settled::Sandbox(sandbox) => Ok(Response::new(sandbox_to_proto(&sandbox))),
-            Settled::Gone => Err(errors::sandbox_not_found(format!(
-                "named {:?}: it was deleted while being created",
-                request.name
-            ))),
-        }
+        let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.sandbox_answer(settled, "being created")
+            .map(Response::new)
     }
 
     async fn get_sandbox(
@@ -219,11 +315,13 @@ impl Palisade for PalisadeService {
         self.read_consistency(request.consistency).await?;
         self.replica
             .state
-            .read(|applied| find(&applied.state, &target).map(sandbox_to_proto))
+            .read(|applied| {
+                find(&applied.state, &target)
+                    .map(|sandbox| sandbox_to_proto(sandbox, applied.state.cluster.as_ref()))
+            })
             .map(Response::new)
             .ok_or_else(|| errors::sandbox_not_found(describe(&target)))
     }
-
     async fn list_sandboxes(
         &self,
         request: Request<v1::ListSandboxesRequest>,
@@ -291,7 +389,7 @@ impl Palisade for PalisadeService {
                     next_page_token = encode_page_token(&meta.workspace, &meta.name);
                     break;
                 }
-                sandboxes.push(sandbox_to_proto(sandbox));
+                sandboxes.push(sandbox_to_proto(sandbox, state.cluster.as_ref()));
             }
             Ok(v1::ListSandboxesResponse {
                 sandboxes,
@@ -300,23 +398,27 @@ impl Palisade for PalisadeService {
         })?;
         Ok(Response::new(page))
     }
-
     async fn stop_sandbox(
         &self,
         request: Request<v1::StopSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let request = request.into_inner();
-        let target = target_from_ref(request.sandbox)?;
-        let described = describe(&target);
-        match self
-            .run_operation(Command::BeginStop { target }, request.no_wait)
-            .await?
-        {
-            Settled::Sandbox(sandbox) => Ok(Response::new(sandbox_to_proto(&sandbox))),
-            Settled::Gone => Err(errors::sandbox_not_found(format!(
-                "{described}: it was deleted while stopping"
-            ))),
-        }
+        let (target, expected_execution) = target_and_execution(
+            request.sandbox,
+            &request.expected_execution,
+            self.cluster().as_ref(),
+        )?;
+        let meta = request_meta(
+            &request.request_id,
+            &("StopSandbox", &target, &expected_execution),
+        )?;
+        let command = Command::BeginStop {
+            target,
+            expected_execution,
+            request: meta.clone(),
+        };
+        let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.sandbox_answer(settled, "stopping").map(Response::new)
     }
 
     async fn start_sandbox(
@@ -324,17 +426,22 @@ impl Palisade for PalisadeService {
         request: Request<v1::StartSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let request = request.into_inner();
-        let target = target_from_ref(request.sandbox)?;
-        let described = describe(&target);
-        match self
-            .run_operation(Command::BeginStart { target }, request.no_wait)
-            .await?
-        {
-            Settled::Sandbox(sandbox) => Ok(Response::new(sandbox_to_proto(&sandbox))),
-            Settled::Gone => Err(errors::sandbox_not_found(format!(
-                "{described}: it was deleted while starting"
-            ))),
-        }
+        let (target, expected_execution) = target_and_execution(
+            request.sandbox,
+            &request.expected_execution,
+            self.cluster().as_ref(),
+        )?;
+        let meta = request_meta(
+            &request.request_id,
+            &("StartSandbox", &target, &expected_execution),
+        )?;
+        let command = Command::BeginStart {
+            target,
+            expected_execution,
+            request: meta.clone(),
+        };
+        let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.sandbox_answer(settled, "starting").map(Response::new)
     }
 
     async fn delete_sandbox(
@@ -342,34 +449,313 @@ impl Palisade for PalisadeService {
         request: Request<v1::DeleteSandboxRequest>,
     ) -> Result<Response<v1::DeleteSandboxResponse>, Status> {
         let request = request.into_inner();
+        let (target, expected_execution) = target_and_execution(
+            request.sandbox,
+            &request.expected_execution,
+            self.cluster().as_ref(),
+        )?;
+        let expected_sandbox_id = if request.expected_sandbox_id.is_empty() {
+            None
+        } else {
+            if request.expected_sandbox_id.len() > 64 {
+                return Err(errors::invalid_input(validate::InvalidInput {
+                    field: "expected_sandbox_id",
+                    problem: "longer than 64 characters".into(),
+                }));
+            }
+            Some(request.expected_sandbox_id.clone())
+        };
+        let meta = request_meta(
+            &request.request_id,
+            &(
+                "DeleteSandbox",
+                &target,
+                &expected_sandbox_id,
+                &expected_execution,
+            ),
+        )?;
+        let command = Command::BeginDelete {
+            target,
+            expected_sandbox_id,
+            expected_execution,
+            request: meta.clone(),
+        };
+        // Deleted means gone from the state: the driver confirmed absence of
+        // every execution, then one entry removed the sandbox, its name and
+        // its owned records.
+        match self.run_operation(command, &meta, request.no_wait).await? {
+            Settled::Gone { sandbox_id } => Ok(Response::new(v1::DeleteSandboxResponse {
+                id: sandbox_id,
+                deleted: true,
+            })),
+            Settled::Sandbox(sandbox) => Ok(Response::new(v1::DeleteSandboxResponse {
+                id: sandbox.id.clone(),
+                deleted: false,
+            })),
+        }
+    }
+
+    type WatchSandboxesStream =
+        Pin<Box<dyn Stream<Item = Result<v1::SandboxEvent, Status>> + Send + 'static>>;
+
+    async fn watch_sandboxes(
+        &self,
+        request: Request<v1::WatchSandboxesRequest>,
+    ) -> Result<Response<Self::WatchSandboxesStream>, Status> {
+        let request = request.into_inner();
+        let workspace = workspace_or_default(&request.workspace).to_string();
+        if request.sandbox_id.is_empty() && !request.all_workspaces {
+            validate::name("workspace", &workspace).map_err(errors::invalid_input)?;
+        }
+        // A watch resumed on another replica must not go back in time.
+        self.replica.linearize().await?;
+        let state = self.replica.state.clone();
+        let (sender, receiver) = tokio::sync::mpsc::channel(WATCH_QUEUE_DEPTH);
+        tokio::spawn(async move {
+            let mut applied = state.subscribe();
+            let mut from = request.resource_version;
+            if from == 0 {
+                let (index, initial) = state.read(|applied| {
+                    let index = applied.last_applied.map_or(0, |id| id.index);
+                    let cluster = applied.state.cluster.as_ref();
+                    let events: Vec<v1::SandboxEvent> = applied
+                        .state
+                        .sandboxes
+                        .values()
+                        .filter(|sandbox| watch_matches(&request, &workspace, sandbox))
+                        .map(|sandbox| v1::SandboxEvent {
+                            r#type: v1::SandboxEventType::Added as i32,
+                            sandbox: Some(sandbox_to_proto(sandbox, cluster)),
+                            resource_version: sandbox.resource_version,
+                        })
+                        .collect();
+                    (index, events)
+                });
+                for event in initial {
+                    if sender.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                from = index;
+            }
+            loop {
+                let Some(events) = state.events_after(from) else {
+                    let _ = sender
+                        .send(Err(errors::status(
+                            Code::OutOfRange,
+                            "RESOURCE_VERSION_TOO_OLD",
+                            format!("changes after resource version {from} are no longer retained; list again and watch from the list's resource version"),
+                            [],
+                        )))
+                        .await;
+                    return;
+                };
+                let cluster = state.read(|applied| applied.state.cluster.clone());
+                for event in events {
+                    from = event.index;
+                    if !watch_matches(&request, &workspace, &event.sandbox) {
+                        continue;
+                    }
+                    let kind = match event.change {
+                        SandboxChange::Added => v1::SandboxEventType::Added,
+                        SandboxChange::Modified => v1::SandboxEventType::Modified,
+                        SandboxChange::Deleted => v1::SandboxEventType::Deleted,
+                    };
+                    let message = v1::SandboxEvent {
+                        r#type: kind as i32,
+                        sandbox: Some(sandbox_to_proto(&event.sandbox, cluster.as_ref())),
+                        resource_version: event.index,
+                    };
+                    if sender.send(Ok(message)).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::select! {
+                    changed = applied.changed() => {
+                        if changed.is_err() {
+                            let _ = sender.send(Err(errors::unavailable(errors::SHUTTING_DOWN, "the replica is shutting down; resume the watch on another replica"))).await;
+                            return;
+                        }
+                    }
+                    () = sender.closed() => return,
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn create_ssh_session(
+        &self,
+        request: Request<v1::CreateSshSessionRequest>,
+    ) -> Result<Response<v1::SshSession>, Status> {
+        let request = request.into_inner();
         let target = target_from_ref(request.sandbox)?;
+        let ttl_seconds = match request.ttl_seconds {
+            0 => SESSION_TTL_SECONDS_DEFAULT,
+            ttl if u64::from(ttl) > core::limits::SESSION_TTL_SECONDS_MAX => {
+                return Err(errors::invalid_input(validate::InvalidInput {
+                    field: "ttl_seconds",
+                    problem: format!(
+                        "{ttl} is longer than the maximum {}",
+                        core::limits::SESSION_TTL_SECONDS_MAX
+                    ),
+                }));
+            }
+            ttl => ttl,
+        };
+        let token_bytes: [u8; 32] = rand::random();
+        let session_token = format!("pss1.{}", hex::encode(token_bytes));
+        let time_ms = now_ms();
+        let expires_at_ms = time_ms + i64::from(ttl_seconds) * 1000;
+        let session_id = uuid::Uuid::new_v4().to_string();
         let proposed = self
             .replica
-            .propose(Command::BeginDelete {
-                target: target.clone(),
+            .propose(Command::CreateSshSession {
+                target,
+                session_id: session_id.clone(),
+                token_sha256: hex::encode(Sha256::digest(session_token.as_bytes())),
+                expires_at_ms,
+                time_ms,
             })
             .await?;
-        let outcome = proposed.response.map_err(errors::rejection)?;
-        let sandbox_id = outcome_sandbox_id(&outcome)
-            .ok_or_else(|| errors::unavailable(errors::INTERNAL, "unexpected apply outcome"))?
-            .to_string();
-        if request.no_wait {
-            return Ok(Response::new(v1::DeleteSandboxResponse {
-                id: sandbox_id,
-                deleted: false,
+        let Outcome::SshSessionCreated { sandbox_id, .. } =
+            proposed.response.map_err(errors::rejection)?
+        else {
+            return Err(errors::unavailable(
+                errors::INTERNAL,
+                "unexpected apply outcome",
+            ));
+        };
+        Ok(Response::new(v1::SshSession {
+            id: session_id,
+            sandbox_id,
+            token: session_token,
+            created_at_ms: time_ms,
+            expires_at_ms,
+        }))
+    }
+
+    async fn revoke_ssh_session(
+        &self,
+        request: Request<v1::RevokeSshSessionRequest>,
+    ) -> Result<Response<v1::RevokeSshSessionResponse>, Status> {
+        let request = request.into_inner();
+        let target = target_from_ref(request.sandbox)?;
+        if request.session_id.is_empty() || request.session_id.len() > 64 {
+            return Err(errors::invalid_input(validate::InvalidInput {
+                field: "session_id",
+                problem: "must be 1 to 64 characters".into(),
             }));
         }
-        // Deleted means gone from the state: the driver confirmed absence of
-        // every execution, then one entry removed the sandbox and its name.
-        self.replica
-            .wait_until(proposed.proposed_as_leader_in, |applied| {
-                (!applied.state.sandboxes.contains_key(&sandbox_id)).then_some(())
+        let proposed = self
+            .replica
+            .propose(Command::RevokeSshSession {
+                target,
+                session_id: request.session_id,
             })
             .await?;
-        Ok(Response::new(v1::DeleteSandboxResponse {
-            id: sandbox_id,
-            deleted: true,
+        proposed.response.map_err(errors::rejection)?;
+        Ok(Response::new(v1::RevokeSshSessionResponse {}))
+    }
+
+    async fn list_ssh_sessions(
+        &self,
+        request: Request<v1::ListSshSessionsRequest>,
+    ) -> Result<Response<v1::ListSshSessionsResponse>, Status> {
+        let request = request.into_inner();
+        let page_size = validate::page_size(request.page_size).map_err(errors::invalid_input)?;
+        let after = decode_page_token(&request.page_token)?;
+        self.read_consistency(request.consistency).await?;
+        let sandbox_id = self.sandbox_id_of(request.sandbox)?;
+        let page = self.replica.state.read(|applied| {
+            let mut sessions = Vec::new();
+            let mut next_page_token = String::new();
+            if let Some(open) = applied.state.ssh_sessions.get(&sandbox_id) {
+                for (id, session) in open {
+                    if let Some((after_id, _)) = &after
+                        && id <= after_id
+                    {
+                        continue;
+                    }
+                    if sessions.len() == page_size {
+                        next_page_token = encode_page_token(&sessions_last_id(&sessions), "");
+                        break;
+                    }
+                    sessions.push(v1::SshSession {
+                        id: session.id.clone(),
+                        sandbox_id: session.sandbox_id.clone(),
+                        token: String::new(),
+                        created_at_ms: session.created_at_ms,
+                        expires_at_ms: session.expires_at_ms,
+                    });
+                }
+            }
+            v1::ListSshSessionsResponse {
+                sessions,
+                next_page_token,
+            }
+        });
+        Ok(Response::new(page))
+    }
+
+    async fn set_sandbox_policy(
+        &self,
+        request: Request<v1::SetSandboxPolicyRequest>,
+    ) -> Result<Response<v1::SandboxPolicy>, Status> {
+        let request = request.into_inner();
+        let target = target_from_ref(request.sandbox)?;
+        validate::policy_document(&request.document).map_err(errors::invalid_input)?;
+        let time_ms = now_ms();
+        let proposed = self
+            .replica
+            .propose(Command::SetSandboxPolicy {
+                target,
+                document: request.document.clone(),
+                expected_version: request.expected_version,
+                time_ms,
+            })
+            .await?;
+        let Outcome::PolicySet {
+            sandbox_id,
+            version,
+        } = proposed.response.map_err(errors::rejection)?
+        else {
+            return Err(errors::unavailable(
+                errors::INTERNAL,
+                "unexpected apply outcome",
+            ));
+        };
+        Ok(Response::new(v1::SandboxPolicy {
+            sandbox_id,
+            version,
+            document: request.document,
+            updated_at_ms: time_ms,
         }))
+    }
+
+    async fn get_sandbox_policy(
+        &self,
+        request: Request<v1::GetSandboxPolicyRequest>,
+    ) -> Result<Response<v1::SandboxPolicy>, Status> {
+        let request = request.into_inner();
+        self.read_consistency(request.consistency).await?;
+        let sandbox_id = self.sandbox_id_of(request.sandbox)?;
+        let policy = self.replica.state.read(|applied| {
+            applied.state.policies.get(&sandbox_id).map_or_else(
+                || v1::SandboxPolicy {
+                    sandbox_id: sandbox_id.clone(),
+                    ..Default::default()
+                },
+                |policy| v1::SandboxPolicy {
+                    sandbox_id: sandbox_id.clone(),
+                    version: policy.version,
+                    document: policy.document.clone(),
+                    updated_at_ms: policy.updated_at_ms,
+                },
+            )
+        });
+        Ok(Response::new(policy))
     }
 
     async fn create_workspace(
@@ -399,7 +785,6 @@ impl Palisade for PalisadeService {
             .map(Response::new)
             .ok_or_else(|| errors::workspace_not_found(&request.name))
     }
-
     async fn get_workspace(
         &self,
         request: Request<v1::GetWorkspaceRequest>,
@@ -419,7 +804,6 @@ impl Palisade for PalisadeService {
             .map(Response::new)
             .ok_or_else(|| errors::workspace_not_found(&request.name))
     }
-
     async fn list_workspaces(
         &self,
         request: Request<v1::ListWorkspacesRequest>,
@@ -452,7 +836,6 @@ impl Palisade for PalisadeService {
         });
         Ok(Response::new(page))
     }
-
     async fn delete_workspace(
         &self,
         request: Request<v1::DeleteWorkspaceRequest>,
@@ -465,11 +848,40 @@ impl Palisade for PalisadeService {
                 name: request.name.clone(),
             })
             .await?;
-        proposed.response.map_err(errors::rejection)?;
-        Ok(Response::new(v1::DeleteWorkspaceResponse {
-            name: request.name,
-        }))
+        match proposed.response.map_err(errors::rejection)? {
+            Outcome::WorkspaceTerminating {
+                name,
+                remaining,
+                remaining_count,
+            } => Err(errors::status(
+                Code::FailedPrecondition,
+                "WORKSPACE_NOT_EMPTY",
+                format!(
+                    "workspace {name:?} is TERMINATING (no new sandboxes) but still holds {remaining_count} sandbox(es): {}{}; delete them, then retry",
+                    remaining.join(", "),
+                    if remaining_count > remaining.len() {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+                ),
+                [
+                    ("remaining_count", remaining_count.to_string()),
+                    ("remaining", remaining.join(",")),
+                ],
+            )),
+            _ => Ok(Response::new(v1::DeleteWorkspaceResponse {
+                name: request.name,
+            })),
+        }
     }
+}
+
+fn sessions_last_id(sessions: &[v1::SshSession]) -> String {
+    sessions
+        .last()
+        .map(|session| session.id.clone())
+        .unwrap_or_default()
 }
 
 /// Page tokens are opaque to clients: hex of "workspace/name" of the last

@@ -220,11 +220,13 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             create_workspace(state, position, id, name, *time_ms)
         }
         Command::DeleteWorkspace { name } => delete_workspace(state, position, name),
-        Command::BeginCreate { request, .. } => {
-            with_receipt(state, position, ReceiptRpc::CreateSandbox, request, |state| {
-                begin_create(state, position, command)
-            })
-        }
+        Command::BeginCreate { request, .. } => with_receipt(
+            state,
+            position,
+            ReceiptRpc::CreateSandbox,
+            request,
+            |state| begin_create(state, position, command),
+        ),
         Command::BeginStop {
             target,
             expected_execution,
@@ -236,23 +238,33 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             target,
             expected_execution,
             request,
-        } => with_receipt(state, position, ReceiptRpc::StartSandbox, request, |state| {
-            begin_start(state, position, target, expected_execution.as_ref())
-        }),
+        } => with_receipt(
+            state,
+            position,
+            ReceiptRpc::StartSandbox,
+            request,
+            |state| begin_start(state, position, target, expected_execution.as_ref()),
+        ),
         Command::BeginDelete {
             target,
             expected_sandbox_id,
             expected_execution,
             request,
-        } => with_receipt(state, position, ReceiptRpc::DeleteSandbox, request, |state| {
-            begin_delete(
-                state,
-                position,
-                target,
-                expected_sandbox_id.as_deref(),
-                expected_execution.as_ref(),
-            )
-        }),
+        } => with_receipt(
+            state,
+            position,
+            ReceiptRpc::DeleteSandbox,
+            request,
+            |state| {
+                begin_delete(
+                    state,
+                    position,
+                    target,
+                    expected_sandbox_id.as_deref(),
+                    expected_execution.as_ref(),
+                )
+            },
+        ),
         Command::CompleteLaunch {
             sandbox_id,
             generation,
@@ -364,7 +376,9 @@ fn with_receipt(
     if state.receipts.len() >= RECEIPTS_COUNT_MAX {
         return reject(
             Reason::ResourceExhausted,
-            format!("the cluster holds the maximum of {RECEIPTS_COUNT_MAX} request receipts; retry later"),
+            format!(
+                "the cluster holds the maximum of {RECEIPTS_COUNT_MAX} request receipts; retry later"
+            ),
         );
     }
     let response = decide(state);
@@ -388,7 +402,9 @@ fn with_receipt(
             if operation.request_ids.len() >= OPERATION_WAITERS_MAX {
                 return reject(
                     Reason::ResourceExhausted,
-                    format!("{OPERATION_WAITERS_MAX} requests already wait on this operation; retry later"),
+                    format!(
+                        "{OPERATION_WAITERS_MAX} requests already wait on this operation; retry later"
+                    ),
                 );
             }
             operation.request_ids.push(request.id.clone());
@@ -398,9 +414,9 @@ fn with_receipt(
                 generation: *generation,
             }
         }
-        Ok(Outcome::AlreadyDone { sandbox_id }) => ReceiptResult::Sandbox(Box::new(
-            state.sandboxes[sandbox_id].clone(),
-        )),
+        Ok(Outcome::AlreadyDone { sandbox_id }) => {
+            ReceiptResult::Sandbox(Box::new(state.sandboxes[sandbox_id].clone()))
+        }
         Ok(other) => unreachable!("Begin* commands do not answer {other:?}"),
     };
     state.receipts.insert(
@@ -418,7 +434,11 @@ fn with_receipt(
 
 /// Settles the receipts of the requests waiting on `sandbox`'s operation
 /// (which just ended or was superseded) with `result`.
-fn settle_waiters(receipts: &mut BTreeMap<String, Receipt>, operation: &Operation, result: &ReceiptResult) {
+fn settle_waiters(
+    receipts: &mut BTreeMap<String, Receipt>,
+    operation: &Operation,
+    result: &ReceiptResult,
+) {
     for request_id in &operation.request_ids {
         if let Some(receipt) = receipts.get_mut(request_id) {
             receipt.result = result.clone();
@@ -586,7 +606,10 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         );
     }
     if state.sandboxes.contains_key(id) {
-        return reject(Reason::NameTaken, format!("sandbox id {id} is already in use"));
+        return reject(
+            Reason::NameTaken,
+            format!("sandbox id {id} is already in use"),
+        );
     }
     if state.sandbox_count(workspace) >= SANDBOXES_PER_WORKSPACE_MAX {
         return reject(
@@ -678,7 +701,8 @@ fn resolve_checked<'a>(
         .get_mut(&id)
         .expect("resolve_id returns existing ids");
     if let Some(expected) = expected_execution
-        && (expected.sandbox_id != sandbox.id || expected.generation != sandbox.execution.generation)
+        && (expected.sandbox_id != sandbox.id
+            || expected.generation != sandbox.execution.generation)
     {
         return Err(Rejection {
             reason: Reason::StaleExecution,
@@ -744,9 +768,12 @@ fn begin_stop(
 ) -> Response {
     let sandbox = resolve_checked(state, target, expected_execution)?;
     let response = match sandbox.phase {
-        SandboxPhase::Ready | SandboxPhase::Unknown => {
-            begin_operation(sandbox, position, OperationKind::Stop, SandboxPhase::Stopping)
-        }
+        SandboxPhase::Ready | SandboxPhase::Unknown => begin_operation(
+            sandbox,
+            position,
+            OperationKind::Stop,
+            SandboxPhase::Stopping,
+        ),
         SandboxPhase::Stopping => return joined(sandbox),
         phase if phase.is_at_rest() => {
             return Ok(Outcome::AlreadyDone {
@@ -774,7 +801,12 @@ fn launch_next_generation(sandbox: &mut Sandbox, position: LogPosition) -> Respo
         exit_code: None,
     };
     sandbox.message = None;
-    begin_operation(sandbox, position, OperationKind::Start, SandboxPhase::Starting)
+    begin_operation(
+        sandbox,
+        position,
+        OperationKind::Start,
+        SandboxPhase::Starting,
+    )
 }
 
 fn begin_start(
@@ -825,7 +857,12 @@ fn begin_delete(
     // longer matches and is ignored. Its waiters settle now, with the sandbox
     // as it is (DELETING).
     let superseded = sandbox.operation.take();
-    let response = begin_operation(sandbox, position, OperationKind::Delete, SandboxPhase::Deleting);
+    let response = begin_operation(
+        sandbox,
+        position,
+        OperationKind::Delete,
+        SandboxPhase::Deleting,
+    );
     if let Some(superseded) = superseded {
         let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
         settle_waiters(&mut state.receipts, &superseded, &result);

@@ -47,7 +47,9 @@ pub(crate) fn create_ssh_session(
     if sessions.len() >= SESSIONS_PER_SANDBOX_MAX {
         return reject(
             Reason::ResourceExhausted,
-            format!("the sandbox already has the maximum of {SESSIONS_PER_SANDBOX_MAX} SSH sessions"),
+            format!(
+                "the sandbox already has the maximum of {SESSIONS_PER_SANDBOX_MAX} SSH sessions"
+            ),
         );
     }
     sessions.insert(
@@ -73,10 +75,16 @@ pub(crate) fn revoke_ssh_session(
 ) -> Response {
     let sandbox_id = resolve_id(state, target)?;
     let Some(sessions) = state.ssh_sessions.get_mut(&sandbox_id) else {
-        return reject(Reason::SessionNotFound, format!("no SSH session {session_id}"));
+        return reject(
+            Reason::SessionNotFound,
+            format!("no SSH session {session_id}"),
+        );
     };
     if sessions.remove(session_id).is_none() {
-        return reject(Reason::SessionNotFound, format!("no SSH session {session_id}"));
+        return reject(
+            Reason::SessionNotFound,
+            format!("no SSH session {session_id}"),
+        );
     }
     if sessions.is_empty() {
         state.ssh_sessions.remove(&sandbox_id);
@@ -103,7 +111,10 @@ pub(crate) fn set_policy(
     if state.sandboxes[&sandbox_id].phase == SandboxPhase::Deleting {
         return reject(Reason::InvalidPhase, "the sandbox is being deleted");
     }
-    let current = state.policies.get(&sandbox_id).map_or(0, |policy| policy.version);
+    let current = state
+        .policies
+        .get(&sandbox_id)
+        .map_or(0, |policy| policy.version);
     if let Some(expected) = expected_version
         && expected != current
     {

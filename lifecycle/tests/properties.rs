@@ -49,8 +49,8 @@ fn command() -> impl Strategy<Value = Command> {
         Just(RestartPolicy::Always)
     ];
     prop_oneof![
-        (id.clone(), 0..WORKSPACES.len(), 0..NAMES.len(), restart)
-            .prop_flat_map(|(id, w, n, restart_policy)| {
+        (id.clone(), 0..WORKSPACES.len(), 0..NAMES.len(), restart).prop_flat_map(
+            |(id, w, n, restart_policy)| {
                 let payload = format!("create {id} {w} {n} {restart_policy:?}");
                 request(payload).prop_map(move |request| Command::BeginCreate {
                     id: id.clone(),
@@ -66,7 +66,8 @@ fn command() -> impl Strategy<Value = Command> {
                     host_identity: "h".into(),
                     request,
                 })
-            }),
+            }
+        ),
         (target(), expected_execution()).prop_flat_map(|(target, expected_execution)| {
             request(format!("stop {target:?} {expected_execution:?}")).prop_map(move |request| {
                 Command::BeginStop {
@@ -85,17 +86,22 @@ fn command() -> impl Strategy<Value = Command> {
                 }
             })
         }),
-        (target(), proptest::option::of(id.clone()), expected_execution()).prop_flat_map(
-            |(target, expected_sandbox_id, expected_execution)| {
-                request(format!("delete {target:?} {expected_sandbox_id:?} {expected_execution:?}"))
-                    .prop_map(move |request| Command::BeginDelete {
-                        target: target.clone(),
-                        expected_sandbox_id: expected_sandbox_id.clone(),
-                        expected_execution: expected_execution.clone(),
-                        request,
-                    })
-            }
-        ),
+        (
+            target(),
+            proptest::option::of(id.clone()),
+            expected_execution()
+        )
+            .prop_flat_map(|(target, expected_sandbox_id, expected_execution)| {
+                request(format!(
+                    "delete {target:?} {expected_sandbox_id:?} {expected_execution:?}"
+                ))
+                .prop_map(move |request| Command::BeginDelete {
+                    target: target.clone(),
+                    expected_sandbox_id: expected_sandbox_id.clone(),
+                    expected_execution: expected_execution.clone(),
+                    request,
+                })
+            }),
         (target(), 0..4u32).prop_map(|(target, s)| Command::CreateSshSession {
             target,
             session_id: format!("s{s}"),

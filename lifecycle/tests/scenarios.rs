@@ -139,8 +139,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").resource_version, 2);
 
     // Stop, then the driver confirms.
-    log.apply(stop(by_name("demo")))
-    .unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
@@ -151,9 +150,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopped);
 
     // Start: generation 2.
-    let outcome = log
-        .apply(start(by_name("demo")))
-        .unwrap();
+    let outcome = log.apply(start(by_name("demo"))).unwrap();
     assert_eq!(
         outcome,
         Outcome::OperationBegun {
@@ -167,8 +164,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").execution.generation, 2);
 
     // Delete: DELETING, then one entry removes the sandbox and its name.
-    log.apply(delete(by_name("demo")))
-    .unwrap();
+    log.apply(delete(by_name("demo"))).unwrap();
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
@@ -205,18 +201,18 @@ fn rejections_change_nothing() {
     );
     // Stop while provisioning: an operation is in flight.
     assert_eq!(
-        reason(log.apply(stop(by_name("demo")
-        ))),
+        reason(log.apply(stop(by_name("demo")))),
         Reason::InvalidPhase
     );
     assert_eq!(
-        reason(log.apply(stop(by_name("missing")
-        ))),
+        reason(log.apply(stop(by_name("missing")))),
         Reason::SandboxNotFound
     );
     // A rejection changes nothing but its receipt (so a retry replays it).
     let mut after = log.state.clone();
-    after.receipts.retain(|id, _| before.receipts.contains_key(id));
+    after
+        .receipts
+        .retain(|id, _| before.receipts.contains_key(id));
     assert_eq!(after, before);
     assert_eq!(log.state.receipts.len(), before.receipts.len() + 5);
 }
@@ -226,8 +222,7 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
     let mut log = Log::new();
     log.apply(create("a1", "x")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(delete(SandboxTarget::Id("a1".into())))
-    .unwrap();
+    log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
     })
@@ -236,8 +231,7 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
 
     // A late delete of the old id finds nothing, and B1 keeps its name.
     assert_eq!(
-        reason(log.apply(delete(SandboxTarget::Id("a1".into())
-        ))),
+        reason(log.apply(delete(SandboxTarget::Id("a1".into())))),
         Reason::SandboxNotFound
     );
     assert_eq!(
@@ -261,8 +255,7 @@ fn stale_completions_are_ignored() {
         }
     );
     // Delete supersedes the launch; the launch's late completion is ignored.
-    log.apply(delete(by_name("demo")))
-    .unwrap();
+    log.apply(delete(by_name("demo"))).unwrap();
     assert_eq!(
         log.apply(launched("a1", 1)).unwrap(),
         Outcome::Ignored {
@@ -313,8 +306,7 @@ fn exits_complete_or_fail_the_running_execution() {
     assert_eq!(log.sandbox("b1").execution.exit_code, Some(3));
 
     // A finished sandbox can be started again: generation 2.
-    log.apply(start(by_name("bad")))
-    .unwrap();
+    log.apply(start(by_name("bad"))).unwrap();
     assert_eq!(log.sandbox("b1").execution.generation, 2);
     assert_eq!(log.sandbox("b1").execution.exit_code, None);
 }
@@ -345,29 +337,21 @@ fn joining_and_already_done() {
     log.apply(launched("a1", 1)).unwrap();
     // Start of a running sandbox: nothing to do.
     assert_eq!(
-        log.apply(start(by_name("demo")
-        ))
-        .unwrap(),
+        log.apply(start(by_name("demo"))).unwrap(),
         Outcome::AlreadyDone {
             sandbox_id: "a1".into()
         }
     );
-    log.apply(stop(by_name("demo")))
-    .unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
     // A second stop joins the first.
     assert!(matches!(
-        log.apply(stop(by_name("demo")
-        ))
-        .unwrap(),
+        log.apply(stop(by_name("demo"))).unwrap(),
         Outcome::OperationJoined { generation: 1, .. }
     ));
-    log.apply(delete(by_name("demo")))
-    .unwrap();
+    log.apply(delete(by_name("demo"))).unwrap();
     // A second delete joins the first.
     assert!(matches!(
-        log.apply(delete(by_name("demo")
-        ))
-        .unwrap(),
+        log.apply(delete(by_name("demo"))).unwrap(),
         Outcome::OperationJoined {
             kind: OperationKind::Delete,
             ..
@@ -415,14 +399,16 @@ fn workspaces_delete_only_when_empty_and_default_is_protected() {
             remaining_count: 1
         }
     );
-    assert_eq!(log.state.workspaces["team"].phase, WorkspacePhase::Terminating);
+    assert_eq!(
+        log.state.workspaces["team"].phase,
+        WorkspacePhase::Terminating
+    );
     let mut another = create("a2", "other");
     if let Command::BeginCreate { workspace, .. } = &mut another {
         *workspace = "team".into();
     }
     assert_eq!(reason(log.apply(another)), Reason::WorkspaceTerminating);
-    log.apply(delete(SandboxTarget::Id("a1".into())))
-    .unwrap();
+    log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
     })
@@ -542,7 +528,12 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
     };
     assert_eq!(reason(log.apply(late.clone())), Reason::StaleExecution);
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Ready);
-    assert_eq!(log.apply(late).unwrap(), Outcome::Replayed { request_id: "late".into() });
+    assert_eq!(
+        log.apply(late).unwrap(),
+        Outcome::Replayed {
+            request_id: "late".into()
+        }
+    );
     assert!(matches!(
         &log.state.receipts["late"].result,
         ReceiptResult::Rejected(rejection) if rejection.reason == Reason::StaleExecution
@@ -583,7 +574,10 @@ fn expected_sandbox_id_guards_delete_by_name() {
     };
     let rejection = log.apply(stale_delete).unwrap_err();
     assert_eq!(rejection.reason, Reason::SandboxIdentityMismatch);
-    assert!(!rejection.message.contains("b1"), "the current id is not disclosed");
+    assert!(
+        !rejection.message.contains("b1"),
+        "the current id is not disclosed"
+    );
     assert_eq!(log.sandbox("b1").phase, SandboxPhase::Provisioning);
 }
 
@@ -608,7 +602,8 @@ fn owned_records_go_with_their_sandbox_in_one_step() {
     );
     log.apply(launched("a1", 1)).unwrap();
     for at in 0..5_000 {
-        log.apply(session("demo", &format!("s{at}"), i64::MAX)).unwrap();
+        log.apply(session("demo", &format!("s{at}"), i64::MAX))
+            .unwrap();
     }
     log.apply(Command::SetSandboxPolicy {
         target: by_name("demo"),
@@ -663,7 +658,10 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
             version: 1
         }
     );
-    assert_eq!(reason(log.apply(set(Some(0)))), Reason::PolicyVersionMismatch);
+    assert_eq!(
+        reason(log.apply(set(Some(0)))),
+        Reason::PolicyVersionMismatch
+    );
     assert_eq!(
         log.apply(set(Some(1))).unwrap(),
         Outcome::PolicySet {
@@ -689,7 +687,11 @@ fn ticks_expire_settled_receipts_and_sessions_only() {
     })
     .unwrap();
     assert_eq!(log.state.receipts.len(), 2, "nothing is a day old yet");
-    assert_eq!(log.state.ssh_sessions["a1"].len(), 1, "the short session expired");
+    assert_eq!(
+        log.state.ssh_sessions["a1"].len(),
+        1,
+        "the short session expired"
+    );
     log.apply(Command::Tick {
         now_ms: 1_000 + day,
         receipt_retention_ms: day,
@@ -724,7 +726,11 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     .unwrap();
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Starting);
     assert_eq!(log.sandbox("a1").execution.generation, 2);
-    assert_eq!(log.sandbox("a1").host_identity, host, "the host identity survives");
+    assert_eq!(
+        log.sandbox("a1").host_identity,
+        host,
+        "the host identity survives"
+    );
     log.apply(launched("a1", 2)).unwrap();
     // A lost execution is replaced too.
     log.apply(Command::ObserveLost {

@@ -26,5 +26,5 @@ pub mod types;
 
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
 pub use peer_service::PeerService;
-pub use state_machine::{LifecycleStateMachine, StateHandle};
+pub use state_machine::{LifecycleStateMachine, SandboxChange, SandboxEvent, StateHandle};
 pub use types::*;

@@ -295,6 +295,14 @@ impl PeerClients {
                     after: timeout,
                 });
             }
+            // No connection could be opened: the request never left.
+            Ok(Err(status)) if is_connect_failure(&status) => {
+                return Err(ForwardError::NotDelivered {
+                    target: leader,
+                    addr: leader_addr.to_owned(),
+                    reason: describe_status(&status),
+                });
+            }
             Ok(Err(status)) => {
                 return Err(match classify(&status) {
                     Failure::Timeout => ForwardError::Timeout {
@@ -488,6 +496,18 @@ pub enum ForwardError {
         /// What went wrong.
         reason: String,
     },
+    /// No connection to the target could be opened (refused, no route,
+    /// connect timeout): the write was never sent, so nothing was written.
+    /// The target is likely down; retry once a leader is known again.
+    #[error("node {target} at {addr} cannot be reached ({reason}); the write was not sent")]
+    NotDelivered {
+        /// The node the write was sent to.
+        target: NodeId,
+        /// Its address.
+        addr: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The target refused the message before looking at the command (this
     /// replica is not in its membership, the address points at another
     /// node, ...): nothing was written. A configuration problem.
@@ -534,6 +554,7 @@ impl ForwardError {
             | ForwardError::Unreachable { .. }
             | ForwardError::RemoteFatal { .. } => true,
             ForwardError::NotLeader { .. }
+            | ForwardError::NotDelivered { .. }
             | ForwardError::Refused { .. }
             | ForwardError::Rejected { .. } => false,
         }
@@ -629,6 +650,19 @@ fn classify(status: &Status) -> Failure {
         | Code::Unimplemented => Failure::Refused,
         _ => Failure::Network,
     }
+}
+
+/// True when tonic could not open a connection for the RPC (it then never
+/// reached the peer), as opposed to a connection that broke after sending.
+fn is_connect_failure(status: &Status) -> bool {
+    let mut source = status.source();
+    while let Some(error) = source {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 fn is_deadline(status: &Status) -> bool {

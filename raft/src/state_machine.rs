@@ -36,8 +36,71 @@ pub struct AppliedState {
     pub membership: StoredMembership,
 }
 
+/// What happened to a sandbox at one log index, for watchers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxChange {
+    /// Created by this entry.
+    Added,
+    /// Changed by this entry.
+    Modified,
+    /// Removed by this entry (the sandbox is as it was last).
+    Deleted,
+}
+
+/// One sandbox change, in log order.
+#[derive(Debug, Clone)]
+pub struct SandboxEvent {
+    /// Log index of the entry (the sandbox's new resource version).
+    pub index: u64,
+    /// What happened.
+    pub change: SandboxChange,
+    /// The sandbox after the change (before it, for `Deleted`).
+    pub sandbox: palisade_lifecycle::Sandbox,
+}
+
+/// Most recent sandbox changes, for watchers that resume from a resource
+/// version. Bounded: a watcher further behind must list again.
+pub const WATCH_EVENTS_RETAINED_MAX: usize = 16_384;
+
+/// The retained changes: every change with an index above `floor` is here.
+#[derive(Debug, Default)]
+pub struct EventLog {
+    /// Changes at indexes in (`floor`, applied index], oldest first.
+    events: std::collections::VecDeque<SandboxEvent>,
+    /// Changes at or below this index are no longer retained.
+    floor: u64,
+}
+
+impl EventLog {
+    /// The changes after `index`, or `None` if some were already dropped
+    /// (the watcher must list again).
+    pub fn after(&self, index: u64) -> Option<Vec<SandboxEvent>> {
+        if index < self.floor {
+            return None;
+        }
+        let start = self.events.partition_point(|event| event.index <= index);
+        Some(self.events.range(start..).cloned().collect())
+    }
+
+    fn push(&mut self, event: SandboxEvent) {
+        if self.events.len() == WATCH_EVENTS_RETAINED_MAX
+            && let Some(dropped) = self.events.pop_front()
+        {
+            self.floor = self.floor.max(dropped.index);
+        }
+        self.events.push_back(event);
+    }
+
+    fn reset(&mut self, floor: u64) {
+        self.events.clear();
+        self.floor = floor;
+    }
+}
+
 struct Shared {
     applied: RwLock<AppliedState>,
+    /// Recent sandbox changes; its own lock so watchers never hold up reads.
+    events: RwLock<EventLog>,
     /// Applied index, published after every apply batch and snapshot install.
     applied_index: watch::Sender<u64>,
 }
@@ -67,6 +130,15 @@ impl StateHandle {
     /// A receiver that changes whenever the applied index moves.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.applied_index.subscribe()
+    }
+
+    /// The sandbox changes after `index` (see [`EventLog::after`]).
+    pub fn events_after(&self, index: u64) -> Option<Vec<SandboxEvent>> {
+        self.shared
+            .events
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .after(index)
     }
 
     /// Waits until the applied index reaches `index`.
@@ -110,9 +182,14 @@ impl LifecycleStateMachine {
         };
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
+        let events = EventLog {
+            events: Default::default(),
+            floor: index,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 applied: RwLock::new(applied),
+                events: RwLock::new(events),
                 applied_index,
             }),
             snapshots: Arc::new(snapshots),
@@ -131,6 +208,43 @@ impl LifecycleStateMachine {
             .applied
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The watch event an applied entry produced, if it changed a sandbox: the
+/// outcome names the sandbox, and a changed sandbox carries this index as
+/// its resource version.
+fn sandbox_event(
+    state: &State,
+    index: u64,
+    response: &palisade_lifecycle::Response,
+    before: Option<palisade_lifecycle::Sandbox>,
+) -> Option<SandboxEvent> {
+    use palisade_lifecycle::OperationKind;
+    let outcome = response.as_ref().ok()?;
+    let (sandbox_id, created) = match outcome {
+        Outcome::OperationBegun {
+            sandbox_id, kind, ..
+        } => (sandbox_id, *kind == OperationKind::Create),
+        Outcome::Completed { sandbox_id } => (sandbox_id, false),
+        _ => return None,
+    };
+    match state.sandboxes.get(sandbox_id) {
+        Some(sandbox) if sandbox.resource_version == index => Some(SandboxEvent {
+            index,
+            change: if created {
+                SandboxChange::Added
+            } else {
+                SandboxChange::Modified
+            },
+            sandbox: sandbox.clone(),
+        }),
+        Some(_) => None,
+        None => before.map(|sandbox| SandboxEvent {
+            index,
+            change: SandboxChange::Deleted,
+            sandbox,
+        }),
     }
 }
 
@@ -194,6 +308,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id();
+            let mut event = None;
             let response = {
                 let mut guard = self.write();
                 let response = match &entry.payload {
@@ -202,7 +317,17 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             index: log_id.index,
                             term: log_id.leader_id.term,
                         };
-                        palisade_lifecycle::apply(&mut guard.state, position, command)
+                        // A delete's event carries the sandbox as it was last.
+                        let before = match command {
+                            palisade_lifecycle::Command::CompleteDelete { sandbox_id } => {
+                                guard.state.sandboxes.get(sandbox_id).cloned()
+                            }
+                            _ => None,
+                        };
+                        let response =
+                            palisade_lifecycle::apply(&mut guard.state, position, command);
+                        event = sandbox_event(&guard.state, log_id.index, &response, before);
+                        response
                     }
                     EntryPayload::Membership(membership) => {
                         guard.membership = StoredMembership::new(Some(log_id), membership.clone());
@@ -214,6 +339,13 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 response
             };
             last_index = Some(log_id.index);
+            if let Some(event) = event {
+                self.shared
+                    .events
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(event);
+            }
             if let Some(responder) = responder {
                 responder.send(response);
             }
@@ -259,6 +391,13 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 membership: meta.last_membership.clone(),
             };
         }
+        // The changes the snapshot skipped over are unknown: watchers from
+        // before it must list again.
+        self.shared
+            .events
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .reset(index);
         self.shared.applied_index.send_replace(index);
         Ok(())
     }

@@ -20,6 +20,8 @@
 //! - this module: the [`ComputeDriver`] trait and the types it speaks.
 //! - [`process`]: the embedded default driver, one shim process per execution
 //!   (containerd-shim pattern), Linux only.
+//! - [`noop`]: runs nothing and keeps no state; for benchmarks and tests of the
+//!   control plane (`palisade gateway run --driver noop`).
 //!
 //! The trait returns boxed futures ([`futures::future::BoxFuture`]) rather than using
 //! `async fn`, so it stays object safe (`Arc<dyn ComputeDriver>`) without the
@@ -32,6 +34,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+pub mod noop;
 #[cfg(target_os = "linux")]
 pub mod process;
 

@@ -1,5 +1,8 @@
 //! Helpers for end-to-end tests that drive the real `palisade` binary:
-//! free ports, replica processes, CLI calls and process-table checks.
+//! free ports, replica processes, CLI calls and process-table checks; and,
+//! for the cluster tests, a [`Cluster`] of replica processes that cleans up
+//! after itself, gRPC probes of each replica's view, and a [`Workload`] of
+//! concurrent clients that records every acknowledged operation.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -8,6 +11,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+pub mod cluster;
 
 /// The binary under test.
 pub fn palisade() -> PathBuf {
@@ -41,7 +46,12 @@ pub struct Replica {
     pub address: String,
     pub data_dir: PathBuf,
     pub driver_dir: PathBuf,
+    /// `--initial-cluster`; empty for a replica that joins as a learner.
     pub initial_cluster: String,
+    /// More `gateway run` flags (`--driver noop`, timings, ...).
+    pub extra_args: Vec<String>,
+    /// `PALISADE_LOG` of the replica.
+    pub log_filter: String,
     pub child: Option<Child>,
 }
 
@@ -53,6 +63,8 @@ impl Replica {
             data_dir: root.join(format!("node-{node_id}")),
             driver_dir: root.join("executions"),
             initial_cluster: initial_cluster.to_string(),
+            extra_args: Vec::new(),
+            log_filter: "info,openraft=warn".to_string(),
             child: None,
         }
     }
@@ -69,16 +81,23 @@ impl Replica {
             .append(true)
             .open(self.data_dir.join("gateway.log"))
             .unwrap();
-        let child = Command::new(palisade())
+        let mut command = Command::new(palisade());
+        command
             .args(["gateway", "run", "--node-id", &self.node_id.to_string()])
             .args(["--listen", &self.address])
             .arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--driver-dir")
-            .arg(&self.driver_dir)
-            .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--stop-grace-seconds", "2"])
-            .env("PALISADE_LOG", "info,openraft=warn")
+            .arg(&self.driver_dir);
+        if !self.initial_cluster.is_empty() {
+            command.args(["--initial-cluster", &self.initial_cluster]);
+        }
+        if !self.extra_args.iter().any(|arg| arg == "--stop-grace-seconds") {
+            command.args(["--stop-grace-seconds", "2"]);
+        }
+        let child = command
+            .args(&self.extra_args)
+            .env("PALISADE_LOG", &self.log_filter)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -109,12 +128,65 @@ impl Replica {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir.join("gateway.log")).unwrap_or_default()
     }
+
+    /// The replica's log from byte `offset` on (see [`Replica::log_len`]).
+    pub fn log_since(&self, offset: u64) -> String {
+        let log = std::fs::read(self.data_dir.join("gateway.log")).unwrap_or_default();
+        String::from_utf8_lossy(log.get(offset as usize..).unwrap_or_default()).into_owned()
+    }
+
+    /// How many bytes the replica has logged so far.
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(self.data_dir.join("gateway.log")).map_or(0, |meta| meta.len())
+    }
+
+    /// `http://ADDRESS`.
+    pub fn uri(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// SIGSTOP, and waits until the kernel reports the process stopped.
+    pub fn pause(&self) {
+        let pid = self.pid();
+        signal(pid, libc::SIGSTOP);
+        eventually("the replica is stopped", Duration::from_secs(10), || {
+            process_state(pid) == Some('T')
+        });
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), libc::SIGCONT);
+    }
+
+    /// Has the process exited (it is then reaped)?
+    pub fn try_exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().unwrap()?;
+        self.child = None;
+        Some(status)
+    }
 }
 
 impl Drop for Replica {
     fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            // A paused process dies of SIGKILL too; resume it anyway so
+            // nothing is left stopped if the kill raced.
+            signal(child.id(), libc::SIGCONT);
+        }
         self.kill();
     }
+}
+
+/// The one-letter state of a process (`R`, `S`, `T`, `Z`, ...).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 pub fn signal(pid: u32, signal: i32) {

@@ -1,12 +1,15 @@
 //! The `palisade` command line: argument parsing (clap) and the client
-//! commands (`sandbox`, `workspace`, `cluster`). The server commands
+//! commands (`sandbox` in [`sandbox`], `ssh-session` and `policy` in
+//! `owned`, `workspace` and `cluster` here). The server commands
 //! (`gateway run`, `up`) live in [`crate::serve`] and [`crate::up`].
 //!
 //! Exit codes: 0 success; 1 the request failed (the message and the
 //! ErrorInfo reason are printed on stderr); 2 bad usage.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
+
+mod owned;
+pub mod sandbox;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use palisade_proto::v1;
@@ -60,9 +63,15 @@ pub enum Command {
     /// Run a gateway replica.
     #[command(subcommand)]
     Gateway(GatewayCommand),
-    /// Create, inspect, stop, start and delete sandboxes.
+    /// Create, inspect, watch, stop, start and delete sandboxes.
     #[command(subcommand)]
-    Sandbox(SandboxCommand),
+    Sandbox(sandbox::SandboxCommand),
+    /// Open, list and revoke SSH sessions on sandboxes.
+    #[command(subcommand, name = "ssh-session")]
+    SshSession(owned::SshSessionCommand),
+    /// Set and read sandbox policies.
+    #[command(subcommand)]
+    Policy(owned::PolicyCommand),
     /// Create, inspect and delete workspaces.
     #[command(subcommand)]
     Workspace(WorkspaceCommand),
@@ -88,114 +97,6 @@ pub struct ShimArgs {
 pub enum GatewayCommand {
     /// Run one replica in the foreground until SIGTERM or Ctrl-C.
     Run(crate::serve::RunArgs),
-}
-
-/// Names a sandbox by name (in --workspace) or by --id.
-#[derive(Debug, Args)]
-pub struct SandboxSelector {
-    /// Sandbox name.
-    #[arg(required_unless_present = "id", conflicts_with = "id")]
-    pub name: Option<String>,
-    /// Sandbox id (never resolves to a same-name replacement).
-    #[arg(long)]
-    pub id: Option<String>,
-}
-
-impl SandboxSelector {
-    fn to_ref(&self, workspace: &str) -> v1::SandboxRef {
-        match (&self.name, &self.id) {
-            (_, Some(id)) => v1::SandboxRef {
-                id: id.clone(),
-                ..Default::default()
-            },
-            (Some(name), None) => v1::SandboxRef {
-                workspace: workspace.to_string(),
-                name: name.clone(),
-                id: String::new(),
-            },
-            (None, None) => unreachable!("clap requires a name or --id"),
-        }
-    }
-}
-
-/// `palisade sandbox ...`
-// The flattened selectors are documented on `SandboxSelector`; a doc comment
-// here would not reach `--help`.
-#[allow(missing_docs)]
-#[derive(Debug, Subcommand)]
-pub enum SandboxCommand {
-    /// Create a sandbox running CMD (default: a long-running idle command)
-    /// and wait until it is READY.
-    ///
-    /// Example: palisade sandbox create demo -- sleep 1000
-    Create {
-        /// Sandbox name: a DNS-1123 label (lowercase letters, digits, '-'; at
-        /// most 63 characters), unique in the workspace.
-        name: String,
-        /// Label KEY=VALUE (repeatable).
-        #[arg(long = "label", value_parser = parse_key_value)]
-        labels: Vec<(String, String)>,
-        /// Environment variable KEY=VALUE for the command (repeatable).
-        #[arg(long = "env", value_parser = parse_key_value)]
-        env: Vec<(String, String)>,
-        /// Answer once the create is committed, without waiting for READY.
-        #[arg(long)]
-        no_wait: bool,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
-    /// Show one sandbox.
-    Get {
-        #[command(flatten)]
-        selector: SandboxSelector,
-        /// Read this replica's local state (may be behind the leader).
-        #[arg(long)]
-        stale: bool,
-    },
-    /// List sandboxes (all pages).
-    List {
-        /// List every workspace.
-        #[arg(long, short = 'A')]
-        all_workspaces: bool,
-        /// Only these phases (repeatable), e.g. --phase READY.
-        #[arg(long = "phase")]
-        phases: Vec<String>,
-        /// Only sandboxes with label KEY=VALUE (repeatable).
-        #[arg(long = "selector", short = 'l', value_parser = parse_key_value)]
-        selector: Vec<(String, String)>,
-        /// Page size of each request to the server.
-        #[arg(long, default_value_t = 100)]
-        page_size: u32,
-        /// Read this replica's local state (may be behind the leader).
-        #[arg(long)]
-        stale: bool,
-    },
-    /// Stop a sandbox's execution (SIGTERM, then SIGKILL) and wait for STOPPED.
-    Stop {
-        #[command(flatten)]
-        selector: SandboxSelector,
-        /// Answer once the stop is committed, without waiting.
-        #[arg(long)]
-        no_wait: bool,
-    },
-    /// Start a new execution (generation + 1) and wait for READY.
-    Start {
-        #[command(flatten)]
-        selector: SandboxSelector,
-        /// Answer once the start is committed, without waiting.
-        #[arg(long)]
-        no_wait: bool,
-    },
-    /// Delete a sandbox; waits until its executions are gone and the
-    /// sandbox is removed.
-    Delete {
-        #[command(flatten)]
-        selector: SandboxSelector,
-        /// Answer once the delete is committed, without waiting.
-        #[arg(long)]
-        no_wait: bool,
-    },
 }
 
 /// `palisade workspace ...`
@@ -253,21 +154,21 @@ pub enum ClusterCommand {
     },
 }
 
-fn parse_key_value(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_key_value(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
     }
 }
 
-fn phase_name(phase: i32) -> &'static str {
+pub(crate) fn phase_name(phase: i32) -> &'static str {
     v1::SandboxPhase::try_from(phase)
         .ok()
         .and_then(phase_from_proto)
         .map_or("UNSPECIFIED", |phase| phase.as_str())
 }
 
-fn parse_phase(text: &str) -> anyhow::Result<i32> {
+pub(crate) fn parse_phase(text: &str) -> anyhow::Result<i32> {
     let wanted = text.trim().to_ascii_uppercase();
     palisade_lifecycle::SandboxPhase::ALL
         .iter()
@@ -309,6 +210,12 @@ pub fn sandbox_json(sandbox: &v1::Sandbox) -> serde_json::Value {
             "exit_code": execution.exit_code,
         },
         "pid": pid_of_handle(&execution.handle),
+        "execution_token": sandbox.execution_token,
+        "ssh_host_identity": status.ssh_host_identity,
+        "restart_policy": v1::RestartPolicy::try_from(spec.restart_policy)
+            .map(|policy| policy.as_str_name().trim_start_matches("RESTART_POLICY_"))
+            .unwrap_or("UNSPECIFIED"),
+        "restart_count": status.restart_count,
         "exit_code": status.exit_code,
         "message": status.message,
         "operation": status.operation.map(|op| json!({
@@ -340,7 +247,7 @@ fn workspace_json(workspace: &v1::Workspace) -> serde_json::Value {
     })
 }
 
-fn print_json(value: &serde_json::Value) {
+pub(crate) fn print_json(value: &serde_json::Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).expect("a serde_json::Value always serializes")
@@ -348,7 +255,7 @@ fn print_json(value: &serde_json::Value) {
 }
 
 /// Prints rows as a left-aligned table with a header.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
+pub(crate) fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -369,7 +276,7 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-fn sandbox_row(sandbox: &v1::Sandbox) -> Vec<String> {
+pub(crate) fn sandbox_row(sandbox: &v1::Sandbox) -> Vec<String> {
     let value = sandbox_json(sandbox);
     let text = |key: &str| match &value[key] {
         serde_json::Value::String(text) => text.clone(),
@@ -394,9 +301,10 @@ fn sandbox_row(sandbox: &v1::Sandbox) -> Vec<String> {
     ]
 }
 
-const SANDBOX_HEADER: [&str; 6] = ["NAME", "ID", "PHASE", "GENERATION", "HANDLE", "VERSION"];
+pub(crate) const SANDBOX_HEADER: [&str; 6] =
+    ["NAME", "ID", "PHASE", "GENERATION", "HANDLE", "VERSION"];
 
-fn print_sandbox(output: Output, sandbox: &v1::Sandbox) {
+pub(crate) fn print_sandbox(output: Output, sandbox: &v1::Sandbox) {
     match output {
         Output::Json => print_json(&sandbox_json(sandbox)),
         Output::Table => print_table(&SANDBOX_HEADER, &[sandbox_row(sandbox)]),
@@ -404,7 +312,7 @@ fn print_sandbox(output: Output, sandbox: &v1::Sandbox) {
 }
 
 /// Fails when an operation settled in ERROR (e.g. the command was not found).
-fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
+pub(crate) fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
     let status = sandbox.status.clone().unwrap_or_default();
     if status.phase == v1::SandboxPhase::Error as i32 {
         let name = sandbox
@@ -430,7 +338,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     let workspace = cli.workspace.clone();
     let output = cli.output;
     match cli.command {
-        Command::Sandbox(command) => sandbox(&mut client, &workspace, output, command).await,
+        Command::Sandbox(command) => sandbox::run(&mut client, &workspace, output, command).await,
+        Command::SshSession(command) => {
+            owned::ssh_session(&mut client, &workspace, output, command).await
+        }
+        Command::Policy(command) => owned::policy(&mut client, &workspace, output, command).await,
         Command::Workspace(command) => workspace_command(&mut client, output, command).await,
         Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
@@ -440,160 +352,11 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn consistency(stale: bool) -> i32 {
+pub(crate) fn consistency(stale: bool) -> i32 {
     if stale {
         v1::Consistency::Stale as i32
     } else {
         v1::Consistency::Linearizable as i32
-    }
-}
-
-async fn sandbox(
-    client: &mut Client,
-    workspace: &str,
-    output: Output,
-    command: SandboxCommand,
-) -> anyhow::Result<()> {
-    match command {
-        SandboxCommand::Create {
-            name,
-            labels,
-            env,
-            no_wait,
-            command,
-        } => {
-            let request = v1::CreateSandboxRequest {
-                workspace: workspace.to_string(),
-                name,
-                spec: Some(v1::SandboxSpec {
-                    command,
-                    env: env.into_iter().collect(),
-                    ..Default::default()
-                }),
-                labels: labels.into_iter().collect::<HashMap<_, _>>(),
-                annotations: HashMap::new(),
-                no_wait,
-            };
-            let sandbox = client
-                .palisade(|mut api| {
-                    let request = request.clone();
-                    async move { api.create_sandbox(request).await }
-                })
-                .await?;
-            print_sandbox(output, &sandbox);
-            settled_ok(&sandbox)
-        }
-        SandboxCommand::Get { selector, stale } => {
-            let request = v1::GetSandboxRequest {
-                sandbox: Some(selector.to_ref(workspace)),
-                consistency: consistency(stale),
-            };
-            let sandbox = client
-                .palisade(|mut api| {
-                    let request = request.clone();
-                    async move { api.get_sandbox(request).await }
-                })
-                .await?;
-            print_sandbox(output, &sandbox);
-            Ok(())
-        }
-        SandboxCommand::List {
-            all_workspaces,
-            phases,
-            selector,
-            page_size,
-            stale,
-        } => {
-            let phases = phases
-                .iter()
-                .map(|phase| parse_phase(phase))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let mut sandboxes = Vec::new();
-            let mut page_token = String::new();
-            loop {
-                let request = v1::ListSandboxesRequest {
-                    workspace: workspace.to_string(),
-                    all_workspaces,
-                    page_size,
-                    page_token: page_token.clone(),
-                    phases: phases.clone(),
-                    label_selector: selector.iter().cloned().collect(),
-                    consistency: consistency(stale),
-                };
-                let page = client
-                    .palisade(|mut api| {
-                        let request = request.clone();
-                        async move { api.list_sandboxes(request).await }
-                    })
-                    .await?;
-                sandboxes.extend(page.sandboxes);
-                if page.next_page_token.is_empty() {
-                    break;
-                }
-                page_token = page.next_page_token;
-            }
-            match output {
-                Output::Json => print_json(&serde_json::Value::Array(
-                    sandboxes.iter().map(sandbox_json).collect(),
-                )),
-                Output::Table => {
-                    let rows: Vec<Vec<String>> = sandboxes.iter().map(sandbox_row).collect();
-                    print_table(&SANDBOX_HEADER, &rows);
-                }
-            }
-            Ok(())
-        }
-        SandboxCommand::Stop { selector, no_wait } => {
-            let request = v1::StopSandboxRequest {
-                sandbox: Some(selector.to_ref(workspace)),
-                no_wait,
-            };
-            let sandbox = client
-                .palisade(|mut api| {
-                    let request = request.clone();
-                    async move { api.stop_sandbox(request).await }
-                })
-                .await?;
-            print_sandbox(output, &sandbox);
-            Ok(())
-        }
-        SandboxCommand::Start { selector, no_wait } => {
-            let request = v1::StartSandboxRequest {
-                sandbox: Some(selector.to_ref(workspace)),
-                no_wait,
-            };
-            let sandbox = client
-                .palisade(|mut api| {
-                    let request = request.clone();
-                    async move { api.start_sandbox(request).await }
-                })
-                .await?;
-            print_sandbox(output, &sandbox);
-            settled_ok(&sandbox)
-        }
-        SandboxCommand::Delete { selector, no_wait } => {
-            let request = v1::DeleteSandboxRequest {
-                sandbox: Some(selector.to_ref(workspace)),
-                no_wait,
-            };
-            let deleted = client
-                .palisade(|mut api| {
-                    let request = request.clone();
-                    async move { api.delete_sandbox(request).await }
-                })
-                .await?;
-            match output {
-                Output::Json => print_json(&json!({"id": deleted.id, "deleted": deleted.deleted})),
-                Output::Table => {
-                    if deleted.deleted {
-                        println!("sandbox {} deleted", deleted.id);
-                    } else {
-                        println!("sandbox {} is being deleted", deleted.id);
-                    }
-                }
-            }
-            Ok(())
-        }
     }
 }
 
@@ -886,4 +649,29 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
 /// Where `palisade up` keeps its data by default.
 pub fn default_data_dir() -> PathBuf {
     PathBuf::from(".palisade")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_and_trailing_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "palisade", "-o", "json", "sandbox", "create", "demo", "--", "sleep", "-o",
+        ])
+        .unwrap();
+        assert_eq!(cli.output, Output::Json);
+        let Command::Sandbox(sandbox::SandboxCommand::Create { command, .. }) = cli.command else {
+            panic!("parsed as sandbox create");
+        };
+        assert_eq!(command, vec!["sleep", "-o"]);
+    }
 }

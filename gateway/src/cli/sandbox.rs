@@ -1,0 +1,659 @@
+//! `palisade sandbox ...`: create, get, list, watch, stop, start, delete.
+//!
+//! Every write carries a request id — the caller's (`--request-id`) or one
+//! made here — and keeps it across the client's own retries and failovers,
+//! so even a plain CLI call takes effect exactly once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use futures::StreamExt;
+use palisade_proto::v1;
+use serde_json::json;
+
+use super::{
+    Output, SANDBOX_HEADER, consistency, parse_key_value, parse_phase, print_json, print_sandbox,
+    print_table, sandbox_json, sandbox_row, settled_ok,
+};
+use crate::client::{Client, ClientError};
+
+/// Names a sandbox by name (in --workspace) or by --id.
+#[derive(Debug, Args)]
+pub struct SandboxSelector {
+    /// Sandbox name (or give --id; stop/start/delete may instead name the
+    /// sandbox through --expected-execution).
+    #[arg(conflicts_with = "id")]
+    pub name: Option<String>,
+    /// Sandbox id (never resolves to a same-name replacement).
+    #[arg(long)]
+    pub id: Option<String>,
+}
+
+impl SandboxSelector {
+    fn to_ref(&self, workspace: &str) -> Option<v1::SandboxRef> {
+        match (&self.name, &self.id) {
+            (_, Some(id)) => Some(v1::SandboxRef {
+                id: id.clone(),
+                ..Default::default()
+            }),
+            (Some(name), None) => Some(v1::SandboxRef {
+                workspace: workspace.to_string(),
+                name: name.clone(),
+                id: String::new(),
+            }),
+            // Only with --expected-execution: the token names the sandbox.
+            (None, None) => None,
+        }
+    }
+}
+
+/// Restart policy of a new sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RestartPolicyArg {
+    /// Never relaunch (default).
+    Never,
+    /// Relaunch after a non-zero exit or a lost execution.
+    OnFailure,
+    /// Relaunch after every exit.
+    Always,
+}
+
+/// `palisade sandbox ...`
+// The flattened selectors are documented on `SandboxSelector`; a doc comment
+// on the field would not reach `--help`.
+#[allow(missing_docs)]
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Create a sandbox running CMD (default: a long-running idle command)
+    /// and wait until it is READY.
+    ///
+    /// Example: palisade sandbox create demo -- sleep 1000
+    Create {
+        /// Sandbox name: a DNS-1123 label (lowercase letters, digits, '-'; at
+        /// most 63 characters), unique in the workspace.
+        name: String,
+        /// Label KEY=VALUE (repeatable).
+        #[arg(long = "label", value_parser = parse_key_value)]
+        labels: Vec<(String, String)>,
+        /// Environment variable KEY=VALUE for the command (repeatable).
+        #[arg(long = "env", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        /// Relaunch the command when it exits (a new generation each time).
+        #[arg(long, value_enum, default_value_t = RestartPolicyArg::Never)]
+        restart_policy: RestartPolicyArg,
+        /// Idempotency key: retrying with the same id returns the original
+        /// result instead of creating twice (default: a fresh id).
+        #[arg(long)]
+        request_id: Option<String>,
+        /// Answer once the create is committed, without waiting for READY.
+        #[arg(long)]
+        no_wait: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Show one sandbox, with the execution token of its current execution.
+    Get {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Read this replica's local state (may be behind the leader).
+        #[arg(long)]
+        stale: bool,
+    },
+    /// List sandboxes (all pages).
+    List {
+        /// List every workspace.
+        #[arg(long, short = 'A')]
+        all_workspaces: bool,
+        /// Only these phases (repeatable), e.g. --phase READY.
+        #[arg(long = "phase")]
+        phases: Vec<String>,
+        /// Only sandboxes with label KEY=VALUE (repeatable).
+        #[arg(long = "selector", short = 'l', value_parser = parse_key_value)]
+        selector: Vec<(String, String)>,
+        /// Page size of each request to the server.
+        #[arg(long, default_value_t = 100)]
+        page_size: u32,
+        /// Read this replica's local state (may be behind the leader).
+        #[arg(long)]
+        stale: bool,
+    },
+    /// Stream sandbox changes (phase changes, exits, replacements) until
+    /// Ctrl-C; resumes after a disconnect or a leader change, on any
+    /// endpoint, without losing or repeating an event.
+    Watch {
+        /// Watch one sandbox by name.
+        name: Option<String>,
+        /// Watch one sandbox by id.
+        #[arg(long, conflicts_with = "name")]
+        id: Option<String>,
+        /// Watch every workspace.
+        #[arg(long, short = 'A')]
+        all_workspaces: bool,
+        /// Resume after this resource version (default: list first).
+        #[arg(long, default_value_t = 0)]
+        resource_version: u64,
+        /// Stop after this many events (default: never).
+        #[arg(long)]
+        max_events: Option<u64>,
+    },
+    /// Stop a sandbox's execution (SIGTERM, then SIGKILL) and wait for STOPPED.
+    ///
+    /// With --expected-execution TOKEN (from `get -o json`, `list` or
+    /// `watch`), only that execution is stopped: if the sandbox runs another
+    /// one by now, nothing happens and the command fails with
+    /// STALE_EXECUTION.
+    Stop {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Stop only this execution (an execution token).
+        #[arg(long)]
+        expected_execution: Option<String>,
+        /// Idempotency key (default: a fresh id).
+        #[arg(long)]
+        request_id: Option<String>,
+        /// Answer once the stop is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Start a new execution (generation + 1) and wait for READY.
+    Start {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Start only if this (stopped) execution is still the current one.
+        #[arg(long)]
+        expected_execution: Option<String>,
+        /// Idempotency key (default: a fresh id).
+        #[arg(long)]
+        request_id: Option<String>,
+        /// Answer once the start is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Delete a sandbox; waits until its executions are gone and the
+    /// sandbox, its name and everything it owns are removed.
+    ///
+    /// Forms:
+    ///
+    ///   delete NAME                     delete whatever NAME names now
+    ///
+    ///   delete --id ID                  delete only that sandbox; if it is
+    ///                                   already gone (even if its name now
+    ///                                   belongs to a replacement) say so and
+    ///                                   exit 0, leaving the replacement alone
+    ///
+    ///   delete NAME --expected-id ID    strict: if NAME now names another
+    ///                                   sandbox, delete nothing and exit 1
+    ///                                   (SANDBOX_IDENTITY_MISMATCH); if NAME
+    ///                                   names nothing, "already deleted", exit 0
+    ///
+    ///   delete --all                    every sandbox of the workspace, each
+    ///                                   bound to the id it was listed with
+    #[command(verbatim_doc_comment)]
+    Delete {
+        /// Sandbox name.
+        #[arg(required_unless_present_any = ["id", "all", "expected_execution"], conflicts_with_all = ["id", "all"])]
+        name: Option<String>,
+        /// Delete only the sandbox with this id.
+        #[arg(long, conflicts_with = "all")]
+        id: Option<String>,
+        /// Every sandbox of the workspace (through all pages).
+        #[arg(long)]
+        all: bool,
+        /// With NAME: delete only if NAME still names this sandbox id.
+        #[arg(long, requires = "name")]
+        expected_id: Option<String>,
+        /// Delete only if this is still the current execution.
+        #[arg(long, conflicts_with = "all")]
+        expected_execution: Option<String>,
+        /// Idempotency key (default: a fresh id).
+        #[arg(long, conflicts_with = "all")]
+        request_id: Option<String>,
+        /// Answer once the delete is committed, without waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+fn fresh_request_id(given: Option<String>) -> String {
+    given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
+/// Runs `palisade sandbox ...`.
+pub async fn run(
+    client: &mut Client,
+    workspace: &str,
+    output: Output,
+    command: SandboxCommand,
+) -> anyhow::Result<()> {
+    match command {
+        SandboxCommand::Create {
+            name,
+            labels,
+            env,
+            restart_policy,
+            request_id,
+            no_wait,
+            command,
+        } => {
+            let request = v1::CreateSandboxRequest {
+                workspace: workspace.to_string(),
+                name,
+                spec: Some(v1::SandboxSpec {
+                    command,
+                    env: env.into_iter().collect(),
+                    restart_policy: match restart_policy {
+                        RestartPolicyArg::Never => v1::RestartPolicy::Never,
+                        RestartPolicyArg::OnFailure => v1::RestartPolicy::OnFailure,
+                        RestartPolicyArg::Always => v1::RestartPolicy::Always,
+                    } as i32,
+                    ..Default::default()
+                }),
+                labels: labels.into_iter().collect::<HashMap<_, _>>(),
+                annotations: HashMap::new(),
+                no_wait,
+                request_id: fresh_request_id(request_id),
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.create_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            settled_ok(&sandbox)
+        }
+        SandboxCommand::Get { selector, stale } => {
+            let Some(reference) = selector.to_ref(workspace) else {
+                anyhow::bail!("name the sandbox: NAME or --id ID");
+            };
+            let request = v1::GetSandboxRequest {
+                sandbox: Some(reference),
+                consistency: consistency(stale),
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.get_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            Ok(())
+        }
+        SandboxCommand::List {
+            all_workspaces,
+            phases,
+            selector,
+            page_size,
+            stale,
+        } => {
+            let phases = phases
+                .iter()
+                .map(|phase| parse_phase(phase))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let filter = ListFilter {
+                all_workspaces,
+                phases,
+                selector: selector.into_iter().collect(),
+                page_size,
+                consistency: consistency(stale),
+            };
+            let sandboxes = list_all(client, workspace, &filter).await?;
+            match output {
+                Output::Json => print_json(&serde_json::Value::Array(
+                    sandboxes.iter().map(sandbox_json).collect(),
+                )),
+                Output::Table => {
+                    let rows: Vec<Vec<String>> = sandboxes.iter().map(sandbox_row).collect();
+                    print_table(&SANDBOX_HEADER, &rows);
+                }
+            }
+            Ok(())
+        }
+        SandboxCommand::Watch {
+            name,
+            id,
+            all_workspaces,
+            resource_version,
+            max_events,
+        } => {
+            let sandbox_id = match (name, id) {
+                (_, Some(id)) => id,
+                (Some(name), None) => {
+                    let request = v1::GetSandboxRequest {
+                        sandbox: Some(v1::SandboxRef {
+                            workspace: workspace.to_string(),
+                            name,
+                            id: String::new(),
+                        }),
+                        consistency: 0,
+                    };
+                    let sandbox = client
+                        .palisade(|mut api| {
+                            let request = request.clone();
+                            async move { api.get_sandbox(request).await }
+                        })
+                        .await?;
+                    sandbox.metadata.unwrap_or_default().id
+                }
+                (None, None) => String::new(),
+            };
+            let request = v1::WatchSandboxesRequest {
+                workspace: workspace.to_string(),
+                all_workspaces,
+                sandbox_id,
+                resource_version,
+            };
+            watch(client, request, output, max_events).await
+        }
+        SandboxCommand::Stop {
+            selector,
+            expected_execution,
+            request_id,
+            no_wait,
+        } => {
+            if selector.to_ref(workspace).is_none() && expected_execution.is_none() {
+                anyhow::bail!("name the sandbox: NAME, --id ID or --expected-execution TOKEN");
+            }
+            let request = v1::StopSandboxRequest {
+                sandbox: selector.to_ref(workspace),
+                no_wait,
+                request_id: fresh_request_id(request_id),
+                expected_execution: expected_execution.unwrap_or_default(),
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.stop_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            Ok(())
+        }
+        SandboxCommand::Start {
+            selector,
+            expected_execution,
+            request_id,
+            no_wait,
+        } => {
+            if selector.to_ref(workspace).is_none() && expected_execution.is_none() {
+                anyhow::bail!("name the sandbox: NAME, --id ID or --expected-execution TOKEN");
+            }
+            let request = v1::StartSandboxRequest {
+                sandbox: selector.to_ref(workspace),
+                no_wait,
+                request_id: fresh_request_id(request_id),
+                expected_execution: expected_execution.unwrap_or_default(),
+            };
+            let sandbox = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.start_sandbox(request).await }
+                })
+                .await?;
+            print_sandbox(output, &sandbox);
+            settled_ok(&sandbox)
+        }
+        SandboxCommand::Delete {
+            name,
+            id,
+            all,
+            expected_id,
+            expected_execution,
+            request_id,
+            no_wait,
+        } => {
+            if all {
+                return delete_all(client, workspace, output, no_wait).await;
+            }
+            let reference = match (&name, &id) {
+                (_, Some(id)) => Some(v1::SandboxRef {
+                    id: id.clone(),
+                    ..Default::default()
+                }),
+                (Some(name), None) => Some(v1::SandboxRef {
+                    workspace: workspace.to_string(),
+                    name: name.clone(),
+                    id: String::new(),
+                }),
+                (None, None) => None,
+            };
+            let request = v1::DeleteSandboxRequest {
+                sandbox: reference,
+                no_wait,
+                request_id: fresh_request_id(request_id),
+                expected_sandbox_id: expected_id.clone().unwrap_or_default(),
+                expected_execution: expected_execution.unwrap_or_default(),
+            };
+            // Already gone counts as done for `--id` and `NAME --expected-id`:
+            // the sandbox the caller meant no longer exists.
+            let gone_is_done = id.is_some() || expected_id.is_some();
+            let deleted = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.delete_sandbox(request).await }
+                })
+                .await;
+            match deleted {
+                Ok(deleted) => {
+                    print_deleted(output, &deleted.id, deleted.deleted, false);
+                    Ok(())
+                }
+                Err(error)
+                    if gone_is_done && error.reason().as_deref() == Some("SANDBOX_NOT_FOUND") =>
+                {
+                    let what = id.or(expected_id).unwrap_or_default();
+                    print_deleted(output, &what, true, true);
+                    Ok(())
+                }
+                Err(error) => Err(error.into()),
+            }
+        }
+    }
+}
+
+fn print_deleted(output: Output, id: &str, deleted: bool, already: bool) {
+    match output {
+        Output::Json => print_json(&json!({
+            "id": id,
+            "deleted": deleted,
+            "already_deleted": already,
+        })),
+        Output::Table if already => println!(
+            "sandbox {id} is already deleted (nothing was touched; a same-name replacement is left alone)"
+        ),
+        Output::Table if deleted => println!("sandbox {id} deleted"),
+        Output::Table => println!("sandbox {id} is being deleted"),
+    }
+}
+
+struct ListFilter {
+    all_workspaces: bool,
+    phases: Vec<i32>,
+    selector: HashMap<String, String>,
+    page_size: u32,
+    consistency: i32,
+}
+
+async fn list_all(
+    client: &mut Client,
+    workspace: &str,
+    filter: &ListFilter,
+) -> Result<Vec<v1::Sandbox>, ClientError> {
+    let mut sandboxes = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let request = v1::ListSandboxesRequest {
+            workspace: workspace.to_string(),
+            all_workspaces: filter.all_workspaces,
+            page_size: filter.page_size,
+            page_token: page_token.clone(),
+            phases: filter.phases.clone(),
+            label_selector: filter.selector.clone(),
+            consistency: filter.consistency,
+        };
+        let page = client
+            .palisade(|mut api| {
+                let request = request.clone();
+                async move { api.list_sandboxes(request).await }
+            })
+            .await?;
+        sandboxes.extend(page.sandboxes);
+        if page.next_page_token.is_empty() {
+            return Ok(sandboxes);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// How many deletes `--all` runs at once.
+const DELETE_ALL_CONCURRENCY: usize = 16;
+
+async fn delete_all(
+    client: &mut Client,
+    workspace: &str,
+    output: Output,
+    no_wait: bool,
+) -> anyhow::Result<()> {
+    let filter = ListFilter {
+        all_workspaces: false,
+        phases: Vec::new(),
+        selector: HashMap::new(),
+        page_size: 500,
+        consistency: 0,
+    };
+    let listed = list_all(client, workspace, &filter).await?;
+    let total = listed.len();
+    if output == Output::Table {
+        eprintln!("deleting {total} sandbox(es) in workspace {workspace:?}...");
+    }
+    let deletes = listed.into_iter().map(|sandbox| {
+        let mut client = client.clone();
+        let meta = sandbox.metadata.unwrap_or_default();
+        async move {
+            // Bound to the listed id: a same-name replacement created since
+            // the listing is never touched.
+            let request = v1::DeleteSandboxRequest {
+                sandbox: Some(v1::SandboxRef {
+                    id: meta.id.clone(),
+                    ..Default::default()
+                }),
+                no_wait,
+                request_id: uuid::Uuid::new_v4().to_string(),
+                expected_sandbox_id: String::new(),
+                expected_execution: String::new(),
+            };
+            let result = client
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.delete_sandbox(request).await }
+                })
+                .await;
+            (meta, result)
+        }
+    });
+    let mut results = futures::stream::iter(deletes).buffer_unordered(DELETE_ALL_CONCURRENCY);
+    let mut report = Vec::new();
+    let mut failures = 0;
+    let mut done = 0;
+    while let Some((meta, result)) = results.next().await {
+        done += 1;
+        let (status, error) = match result {
+            Ok(_) => ("deleted", None),
+            Err(error) if error.reason().as_deref() == Some("SANDBOX_NOT_FOUND") => {
+                ("already deleted", None)
+            }
+            Err(error) => {
+                failures += 1;
+                ("failed", Some(error.to_string()))
+            }
+        };
+        if output == Output::Table {
+            match &error {
+                Some(error) => eprintln!(
+                    "[{done}/{total}] {} ({}): failed: {error}",
+                    meta.name, meta.id
+                ),
+                None => eprintln!("[{done}/{total}] {} ({}): {status}", meta.name, meta.id),
+            }
+        }
+        report.push(json!({"name": meta.name, "id": meta.id, "status": status, "error": error}));
+    }
+    if output == Output::Json {
+        print_json(&serde_json::Value::Array(report));
+    }
+    if failures > 0 {
+        anyhow::bail!("{failures} of {total} deletes failed");
+    }
+    Ok(())
+}
+
+/// Pause before resuming a broken watch.
+const WATCH_RESUME_BACKOFF: Duration = Duration::from_millis(300);
+
+async fn watch(
+    client: &mut Client,
+    mut request: v1::WatchSandboxesRequest,
+    output: Output,
+    max_events: Option<u64>,
+) -> anyhow::Result<()> {
+    let mut seen = 0u64;
+    loop {
+        let stream = client
+            .palisade(|mut api| {
+                let request = request.clone();
+                async move { api.watch_sandboxes(request).await }
+            })
+            .await?;
+        let mut stream = stream;
+        loop {
+            match stream.message().await {
+                Ok(Some(event)) => {
+                    request.resource_version = request.resource_version.max(event.resource_version);
+                    print_event(output, &event);
+                    seen += 1;
+                    if max_events.is_some_and(|max| seen >= max) {
+                        return Ok(());
+                    }
+                }
+                Ok(None) => break,
+                Err(status) => {
+                    let error = ClientError::Status(status);
+                    if error.code() != Some(tonic::Code::Unavailable) {
+                        return Err(error.into());
+                    }
+                    break;
+                }
+            }
+        }
+        // The replica went away (or lost its leader): resume where we were,
+        // on whichever endpoint answers.
+        client.forget_preferred();
+        tokio::time::sleep(WATCH_RESUME_BACKOFF).await;
+    }
+}
+
+fn print_event(output: Output, event: &v1::SandboxEvent) {
+    let kind = v1::SandboxEventType::try_from(event.r#type)
+        .map(|kind| kind.as_str_name().trim_start_matches("SANDBOX_EVENT_TYPE_"))
+        .unwrap_or("UNSPECIFIED");
+    let sandbox = event.sandbox.clone().unwrap_or_default();
+    match output {
+        Output::Json => {
+            let line = json!({
+                "type": kind,
+                "resource_version": event.resource_version,
+                "sandbox": sandbox_json(&sandbox),
+            });
+            println!("{line}");
+        }
+        Output::Table => {
+            let row = sandbox_row(&sandbox);
+            println!(
+                "{:<8} rv={:<8} {} {} {} generation={}",
+                kind, event.resource_version, row[0], row[1], row[2], row[3]
+            );
+        }
+    }
+}

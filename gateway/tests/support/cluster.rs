@@ -1,0 +1,829 @@
+//! Cluster-test helpers: a [`Cluster`] of `palisade gateway run` processes
+//! on loopback that kills them (and every sandbox process they started)
+//! when dropped, gRPC probes of each replica's own view, a [`Workload`] of
+//! concurrent clients that records every acknowledged operation, and
+//! process-table checks of the process driver's executions.
+//!
+//! Everything that waits polls for a condition with a generous deadline:
+//! these tests run beside others on a loaded two-core machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use palisade_gateway::client::{Client, ClientError};
+use palisade_proto::v1;
+use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
+use palisade_proto::v1::palisade_client::PalisadeClient;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{Replica, free_ports, signal};
+
+/// How long a cluster may take to elect a leader (first start or failover).
+pub const ELECTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a client keeps failing over before it reports an error.
+pub const CLIENT_FAILOVER_DEADLINE: Duration = Duration::from_secs(90);
+/// The label every workload sandbox carries: the id of the create request
+/// that made it, so a retried create can recognise its own sandbox.
+pub const REQUEST_LABEL: &str = "palisade.test/request";
+
+/// Replica processes sharing one temporary directory and driver directory.
+pub struct Cluster {
+    pub replicas: Vec<Replica>,
+    pub driver_dir: PathBuf,
+    pub root: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts `size` founding replicas (node ids 1..=size) with extra
+    /// `gateway run` flags.
+    pub fn start(size: u64, extra_args: &[&str]) -> Cluster {
+        let root = tempfile::tempdir().unwrap();
+        let base = free_ports(size as u16);
+        let addresses: Vec<(u64, String)> = (1..=size)
+            .map(|id| (id, format!("127.0.0.1:{}", base + id as u16 - 1)))
+            .collect();
+        let initial_cluster = addresses
+            .iter()
+            .map(|(id, address)| format!("{id}={address}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut replicas = Vec::new();
+        for (id, address) in &addresses {
+            let mut replica = Replica::new(*id, address, root.path(), &initial_cluster);
+            replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
+            replica.start();
+            replicas.push(replica);
+        }
+        Cluster {
+            driver_dir: root.path().join("executions"),
+            replicas,
+            root,
+        }
+    }
+
+    /// Starts one more replica, without `--initial-cluster`: it waits to be
+    /// added as a learner.
+    pub fn start_joining(&mut self, node_id: u64, extra_args: &[&str]) -> &mut Replica {
+        let address = format!("127.0.0.1:{}", free_ports(1));
+        let mut replica = Replica::new(node_id, &address, self.root.path(), "");
+        replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
+        replica.start();
+        self.replicas.push(replica);
+        self.replicas.last_mut().unwrap()
+    }
+
+    pub fn replica(&self, node_id: u64) -> &Replica {
+        self.replicas
+            .iter()
+            .find(|replica| replica.node_id == node_id)
+            .unwrap_or_else(|| panic!("no replica {node_id}"))
+    }
+
+    pub fn replica_mut(&mut self, node_id: u64) -> &mut Replica {
+        self.replicas
+            .iter_mut()
+            .find(|replica| replica.node_id == node_id)
+            .unwrap_or_else(|| panic!("no replica {node_id}"))
+    }
+
+    pub fn node_ids(&self) -> Vec<u64> {
+        self.replicas.iter().map(|replica| replica.node_id).collect()
+    }
+
+    /// URIs of the given replicas.
+    pub fn uris(&self, node_ids: &[u64]) -> Vec<String> {
+        node_ids.iter().map(|id| self.replica(*id).uri()).collect()
+    }
+
+    /// URIs of every replica.
+    pub fn all_uris(&self) -> Vec<String> {
+        self.uris(&self.node_ids())
+    }
+
+    /// Comma-separated addresses of the given replicas, for the CLI.
+    pub fn cli_endpoints(&self, node_ids: &[u64]) -> String {
+        node_ids
+            .iter()
+            .map(|id| self.replica(*id).address.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Waits until every replica in `among` answers and names the same
+    /// leader, itself one of `among`; returns (leader, term).
+    pub async fn wait_for_leader(&self, among: &[u64]) -> (u64, u64) {
+        let deadline = Instant::now() + ELECTION_TIMEOUT;
+        loop {
+            let mut views = Vec::new();
+            for id in among {
+                views.push(cluster_info(&self.replica(*id).uri()).await);
+            }
+            let agreed: BTreeSet<(Option<u64>, u64)> = views
+                .iter()
+                .flatten()
+                .map(|info| (info.leader_id, info.term))
+                .collect();
+            if views.iter().all(Option::is_some)
+                && agreed.len() == 1
+                && let Some((Some(leader), term)) = agreed.first().copied()
+                && among.contains(&leader)
+            {
+                return (leader, term);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replicas {among:?} agreed on no leader within {ELECTION_TIMEOUT:?}: {views:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every replica in `among` applied what the leader had
+    /// committed when this was called.
+    pub async fn wait_caught_up(&self, among: &[u64]) {
+        let (leader, _) = self.wait_for_leader(among).await;
+        let target = cluster_info(&self.replica(leader).uri())
+            .await
+            .expect("the leader answers")
+            .commit_index;
+        let deadline = Instant::now() + ELECTION_TIMEOUT;
+        for id in among {
+            loop {
+                let applied = cluster_info(&self.replica(*id).uri())
+                    .await
+                    .map_or(0, |info| info.applied_index);
+                if applied >= target {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {id} applied {applied}, not {target}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for replica in &mut self.replicas {
+            if let Some(child) = &replica.child {
+                signal(child.id(), libc::SIGCONT);
+            }
+            replica.kill();
+        }
+        kill_executions(&self.driver_dir);
+    }
+}
+
+/// A channel to one replica with short connect and call deadlines.
+pub async fn channel(uri: &str, call_timeout: Duration) -> Option<Channel> {
+    Endpoint::from_shared(uri.to_string())
+        .ok()?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(call_timeout)
+        .connect()
+        .await
+        .ok()
+}
+
+/// A `palisade.v1.Palisade` client to exactly one replica (no failover).
+pub async fn direct_client(uri: &str, call_timeout: Duration) -> PalisadeClient<Channel> {
+    let channel = channel(uri, call_timeout)
+        .await
+        .unwrap_or_else(|| panic!("cannot connect to {uri}"));
+    PalisadeClient::new(channel)
+}
+
+/// One replica's own view of the cluster, or `None` if it does not answer
+/// within a few seconds.
+pub async fn cluster_info(uri: &str) -> Option<v1::ClusterInfo> {
+    let channel = channel(uri, Duration::from_secs(3)).await?;
+    ClusterAdminClient::new(channel)
+        .get_cluster_info(v1::GetClusterInfoRequest {})
+        .await
+        .ok()
+        .map(tonic::Response::into_inner)
+}
+
+/// Runs the `palisade` CLI without blocking the runtime; returns the output.
+pub async fn cli_async(endpoints: &str, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(super::palisade())
+        .args(["--endpoint", endpoints])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("run palisade CLI")
+}
+
+/// Like [`super::cli_json`], without blocking the runtime.
+pub async fn cli_json_async(endpoints: &str, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["-o", "json"];
+    full.extend_from_slice(args);
+    let output = cli_async(endpoints, &full).await;
+    assert!(
+        output.status.success(),
+        "palisade {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "palisade {args:?} printed no JSON ({error}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// The failover client the CLI uses, over `endpoints`, patient enough for
+/// a loaded test machine.
+pub fn failover_client(endpoints: Vec<String>) -> Client {
+    let mut client = Client::new(endpoints);
+    client.failover_deadline = CLIENT_FAILOVER_DEADLINE;
+    client
+}
+
+pub fn by_id(id: &str) -> Option<v1::SandboxRef> {
+    Some(v1::SandboxRef {
+        id: id.to_string(),
+        ..Default::default()
+    })
+}
+
+pub fn phase_of(sandbox: &v1::Sandbox) -> v1::SandboxPhase {
+    sandbox
+        .status
+        .as_ref()
+        .and_then(|status| v1::SandboxPhase::try_from(status.phase).ok())
+        .unwrap_or(v1::SandboxPhase::Unspecified)
+}
+
+pub fn id_of(sandbox: &v1::Sandbox) -> String {
+    sandbox.metadata.as_ref().map_or(String::new(), |meta| meta.id.clone())
+}
+
+pub fn generation_of(sandbox: &v1::Sandbox) -> u64 {
+    sandbox
+        .status
+        .as_ref()
+        .and_then(|status| status.execution.as_ref())
+        .map_or(0, |execution| execution.generation)
+}
+
+pub fn operation_of(sandbox: &v1::Sandbox) -> Option<v1::Operation> {
+    sandbox.status.as_ref().and_then(|status| status.operation)
+}
+
+/// Reads one sandbox through `client` (linearizable); `None` if not found.
+pub async fn get_sandbox(client: &mut Client, reference: v1::SandboxRef) -> Option<v1::Sandbox> {
+    let request = v1::GetSandboxRequest {
+        sandbox: Some(reference),
+        ..Default::default()
+    };
+    match client
+        .palisade(|mut api| {
+            let request = request.clone();
+            async move { api.get_sandbox(request).await }
+        })
+        .await
+    {
+        Ok(sandbox) => Some(sandbox),
+        Err(error) if error.code() == Some(tonic::Code::NotFound) => None,
+        Err(error) => panic!("get {request:?} failed: {error}"),
+    }
+}
+
+/// Every sandbox of the default workspace (all pages, linearizable).
+pub async fn list_sandboxes(client: &mut Client) -> Vec<v1::Sandbox> {
+    let mut sandboxes = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let request = v1::ListSandboxesRequest {
+            page_size: 1000,
+            page_token: page_token.clone(),
+            ..Default::default()
+        };
+        let page = client
+            .palisade(|mut api| {
+                let request = request.clone();
+                async move { api.list_sandboxes(request).await }
+            })
+            .await
+            .unwrap_or_else(|error| panic!("list failed: {error}"));
+        sandboxes.extend(page.sandboxes);
+        if page.next_page_token.is_empty() {
+            return sandboxes;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// Waits until no sandbox has an operation in flight; returns them all.
+pub async fn wait_settled(client: &mut Client, timeout: Duration) -> Vec<v1::Sandbox> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let sandboxes = list_sandboxes(client).await;
+        let busy: Vec<String> = sandboxes
+            .iter()
+            .filter(|sandbox| operation_of(sandbox).is_some())
+            .map(|sandbox| format!("{} ({:?})", id_of(sandbox), phase_of(sandbox)))
+            .collect();
+        if busy.is_empty() {
+            return sandboxes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "operations still in flight after {timeout:?}: {busy:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workload
+// ---------------------------------------------------------------------------
+
+/// What a workload does.
+#[derive(Clone)]
+pub struct WorkloadConfig {
+    /// Sandbox names are `PREFIX-WORKER-N`.
+    pub prefix: String,
+    /// Concurrent clients.
+    pub workers: usize,
+    /// The sandbox command (empty: the driver's idle default).
+    pub command: Vec<String>,
+    /// Stop every sandbox after creating it.
+    pub stop: bool,
+    /// Also delete every n-th sandbox after stopping it.
+    pub delete_every: Option<usize>,
+}
+
+/// What the acknowledged operations left a sandbox as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expected {
+    Ready,
+    Stopped,
+    Deleted,
+}
+
+/// A sandbox a worker created, and the last state an acknowledged
+/// operation left it in.
+#[derive(Clone, Debug)]
+pub struct Tracked {
+    pub name: String,
+    pub id: String,
+    pub expected: Expected,
+}
+
+/// One worker's record.
+#[derive(Debug, Default)]
+pub struct WorkerLog {
+    pub sandboxes: Vec<Tracked>,
+    /// Requests that returned an error to the caller (after the client's
+    /// own failover and retries).
+    pub failures: Vec<String>,
+    /// Creates that found their name taken after a retry and recognised
+    /// the sandbox as their own by its request label.
+    pub resolved_by_label: usize,
+}
+
+/// Concurrent clients creating, stopping and deleting sandboxes through
+/// the failover client until told to finish.
+pub struct Workload {
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<AtomicUsize>,
+    handles: Vec<JoinHandle<WorkerLog>>,
+}
+
+impl Workload {
+    /// Starts `config.workers` clients; worker `n` lists `endpoints`
+    /// rotated by `n`, so requests enter through every replica.
+    pub fn start(config: WorkloadConfig, endpoints: Vec<String>) -> Workload {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acknowledged = Arc::new(AtomicUsize::new(0));
+        let handles = (0..config.workers)
+            .map(|worker| {
+                let mut rotated = endpoints.clone();
+                rotated.rotate_left(worker % endpoints.len().max(1));
+                tokio::spawn(run_worker(
+                    worker,
+                    config.clone(),
+                    failover_client(rotated),
+                    stop.clone(),
+                    acknowledged.clone(),
+                ))
+            })
+            .collect();
+        Workload {
+            stop,
+            acknowledged,
+            handles,
+        }
+    }
+
+    /// Operations acknowledged so far.
+    pub fn acknowledged(&self) -> usize {
+        self.acknowledged.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `count` more operations than now were acknowledged.
+    pub async fn wait_for_more(&self, count: usize, timeout: Duration) {
+        let target = self.acknowledged() + count;
+        let deadline = Instant::now() + timeout;
+        while self.acknowledged() < target {
+            assert!(
+                Instant::now() < deadline,
+                "the workload acknowledged {} of {target} operations within {timeout:?}",
+                self.acknowledged()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Lets every worker finish its current sandbox, then returns the logs.
+    pub async fn finish(self) -> Vec<WorkerLog> {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut logs = Vec::new();
+        for handle in self.handles {
+            logs.push(handle.await.expect("a workload worker panicked"));
+        }
+        logs
+    }
+}
+
+fn status_text(error: &ClientError) -> String {
+    format!("{error} [{:?} {:?}]", error.code(), error.reason())
+}
+
+async fn run_worker(
+    worker: usize,
+    config: WorkloadConfig,
+    mut client: Client,
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<AtomicUsize>,
+) -> WorkerLog {
+    let mut log = WorkerLog::default();
+    let mut serial = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        serial += 1;
+        let name = format!("{}-{worker}-{serial}", config.prefix);
+        let Some(id) = create(&mut client, &config, &name, &mut log).await else {
+            continue;
+        };
+        acknowledged.fetch_add(1, Ordering::SeqCst);
+        log.sandboxes.push(Tracked {
+            name: name.clone(),
+            id: id.clone(),
+            expected: Expected::Ready,
+        });
+        if !config.stop {
+            continue;
+        }
+        let request = v1::StopSandboxRequest {
+            sandbox: by_id(&id),
+            request_id: uuid::Uuid::new_v4().to_string(),
+            ..Default::default()
+        };
+        match client
+            .palisade(|mut api| {
+                let request = request.clone();
+                async move { api.stop_sandbox(request).await }
+            })
+            .await
+        {
+            Ok(sandbox) if phase_of(&sandbox) == v1::SandboxPhase::Stopped => {
+                acknowledged.fetch_add(1, Ordering::SeqCst);
+                log.sandboxes.last_mut().unwrap().expected = Expected::Stopped;
+            }
+            Ok(sandbox) => log.failures.push(format!(
+                "stop {name}: answered phase {:?}",
+                phase_of(&sandbox)
+            )),
+            Err(error) => log
+                .failures
+                .push(format!("stop {name}: {}", status_text(&error))),
+        }
+        if config
+            .delete_every
+            .is_none_or(|every| !serial.is_multiple_of(every))
+        {
+            continue;
+        }
+        let request = v1::DeleteSandboxRequest {
+            sandbox: by_id(&id),
+            request_id: uuid::Uuid::new_v4().to_string(),
+            ..Default::default()
+        };
+        match client
+            .palisade(|mut api| {
+                let request = request.clone();
+                async move { api.delete_sandbox(request).await }
+            })
+            .await
+        {
+            Ok(deleted) if deleted.deleted => {
+                acknowledged.fetch_add(1, Ordering::SeqCst);
+                log.sandboxes.last_mut().unwrap().expected = Expected::Deleted;
+            }
+            Ok(deleted) => log
+                .failures
+                .push(format!("delete {name}: answered {deleted:?}")),
+            Err(error) => log
+                .failures
+                .push(format!("delete {name}: {}", status_text(&error))),
+        }
+    }
+    log
+}
+
+/// Creates `name` and waits for READY; returns its id. A create whose
+/// first attempt's outcome was unknown may find its own sandbox on retry:
+/// the request id makes the cluster replay the first result, and should a
+/// NAME_TAKEN come back anyway, the sandbox is accepted only if it carries
+/// this request's label.
+async fn create(
+    client: &mut Client,
+    config: &WorkloadConfig,
+    name: &str,
+    log: &mut WorkerLog,
+) -> Option<String> {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let request = v1::CreateSandboxRequest {
+        name: name.to_string(),
+        spec: Some(v1::SandboxSpec {
+            command: config.command.clone(),
+            ..Default::default()
+        }),
+        labels: [(REQUEST_LABEL.to_string(), request_id.clone())].into(),
+        request_id,
+        ..Default::default()
+    };
+    let answer = client
+        .palisade(|mut api| {
+            let request = request.clone();
+            async move { api.create_sandbox(request).await }
+        })
+        .await;
+    let sandbox = match answer {
+        Ok(sandbox) => sandbox,
+        Err(error) if error.reason().as_deref() == Some("NAME_TAKEN") => {
+            let existing = get_sandbox(
+                client,
+                v1::SandboxRef {
+                    name: name.to_string(),
+                    ..Default::default()
+                },
+            )
+            .await;
+            let ours = existing.filter(|sandbox| {
+                sandbox.metadata.as_ref().and_then(|meta| meta.labels.get(REQUEST_LABEL))
+                    == Some(&request.request_id)
+            });
+            let Some(ours) = ours else {
+                log.failures
+                    .push(format!("create {name}: {}", status_text(&error)));
+                return None;
+            };
+            log.resolved_by_label += 1;
+            ours
+        }
+        Err(error) => {
+            log.failures
+                .push(format!("create {name}: {}", status_text(&error)));
+            return None;
+        }
+    };
+    if phase_of(&sandbox) != v1::SandboxPhase::Ready {
+        log.failures.push(format!(
+            "create {name}: answered phase {:?}",
+            phase_of(&sandbox)
+        ));
+        return None;
+    }
+    Some(id_of(&sandbox))
+}
+
+/// Checks that every acknowledged operation of `logs` is reflected in the
+/// cluster (read linearizably through `client`), that no request failed,
+/// and that the cluster holds no sandbox of the workload it did not
+/// acknowledge. Returns the sandboxes expected READY.
+pub async fn verify_acknowledged(
+    client: &mut Client,
+    prefix: &str,
+    logs: &[WorkerLog],
+) -> Vec<Tracked> {
+    let failures: Vec<&String> = logs.iter().flat_map(|log| &log.failures).collect();
+    assert!(failures.is_empty(), "requests failed: {failures:#?}");
+    let tracked: Vec<&Tracked> = logs.iter().flat_map(|log| &log.sandboxes).collect();
+    let listed: BTreeMap<String, v1::Sandbox> = list_sandboxes(client)
+        .await
+        .into_iter()
+        .filter(|sandbox| {
+            sandbox
+                .metadata
+                .as_ref()
+                .is_some_and(|meta| meta.name.starts_with(&format!("{prefix}-")))
+        })
+        .map(|sandbox| (id_of(&sandbox), sandbox))
+        .collect();
+    for sandbox in &tracked {
+        let found = listed.get(&sandbox.id);
+        match (sandbox.expected, found) {
+            (Expected::Deleted, None) => {}
+            (Expected::Deleted, Some(found)) => {
+                panic!("{} was deleted, yet it is {:?}", sandbox.name, phase_of(found))
+            }
+            (expected, None) => panic!("{} ({expected:?}) is lost", sandbox.name),
+            (Expected::Ready, Some(found)) => assert_eq!(
+                phase_of(found),
+                v1::SandboxPhase::Ready,
+                "{} was acknowledged READY",
+                sandbox.name
+            ),
+            (Expected::Stopped, Some(found)) => assert_eq!(
+                phase_of(found),
+                v1::SandboxPhase::Stopped,
+                "{} was acknowledged STOPPED",
+                sandbox.name
+            ),
+        }
+    }
+    let known: BTreeSet<&str> = tracked.iter().map(|sandbox| sandbox.id.as_str()).collect();
+    let unknown: Vec<&String> = listed
+        .keys()
+        .filter(|id| !known.contains(id.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "sandboxes no acknowledged request made: {unknown:?}"
+    );
+    tracked
+        .into_iter()
+        .filter(|sandbox| sandbox.expected == Expected::Ready)
+        .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Process table
+// ---------------------------------------------------------------------------
+
+/// The execution (sandbox id, generation) a path under the driver
+/// directory belongs to: `DRIVER_DIR/ID/GENERATION/...`.
+fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
+    let mut parts = path.strip_prefix(driver_dir).ok()?.components();
+    let id = parts.next()?.as_os_str().to_string_lossy().into_owned();
+    let generation = parts.next()?.as_os_str().to_string_lossy().parse().ok()?;
+    Some((id, generation))
+}
+
+/// Live processes (not zombies) by what they are to the process driver.
+#[derive(Debug, Default)]
+pub struct ExecutionProcesses {
+    /// Shims (`palisade shim run DIR`), by execution.
+    pub shims: BTreeMap<(String, u64), Vec<u32>>,
+    /// Processes of sandbox commands (working directory `DIR/work`), by
+    /// execution, with their argv[0].
+    pub commands: BTreeMap<(String, u64), Vec<(u32, String)>>,
+}
+
+/// Scans /proc for the shims and commands of executions under `driver_dir`.
+pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
+    let mut found = ExecutionProcesses::default();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if !super::alive(pid) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let words: Vec<String> = cmdline
+            .split(|byte| *byte == 0)
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        if words.iter().any(|word| word == "shim")
+            && let Some(execution) = words
+                .iter()
+                .find_map(|word| execution_of(driver_dir, Path::new(word)))
+        {
+            found.shims.entry(execution).or_default().push(pid);
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            && let Some(execution) = execution_of(driver_dir, &cwd)
+        {
+            let program = words.first().cloned().unwrap_or_default();
+            found
+                .commands
+                .entry(execution)
+                .or_default()
+                .push((pid, program));
+        }
+    }
+    found
+}
+
+/// SIGKILLs every shim and command of the executions under `driver_dir`.
+pub fn kill_executions(driver_dir: &Path) {
+    for _ in 0..50 {
+        let processes = execution_processes(driver_dir);
+        let pids: Vec<u32> = processes
+            .shims
+            .values()
+            .flatten()
+            .copied()
+            .chain(processes.commands.values().flatten().map(|(pid, _)| *pid))
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            signal(pid, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The generations the process driver keeps a directory for, by sandbox.
+pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
+    let mut dirs = BTreeMap::new();
+    for sandbox in std::fs::read_dir(driver_dir).into_iter().flatten().flatten() {
+        if !sandbox.path().is_dir() {
+            continue;
+        }
+        let mut generations: Vec<u64> = std::fs::read_dir(sandbox.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
+            .collect();
+        generations.sort_unstable();
+        dirs.insert(
+            sandbox.file_name().to_string_lossy().into_owned(),
+            generations,
+        );
+    }
+    dirs
+}
+
+/// Whether exactly the executions in `expected_running` run, each under
+/// one shim with one `program` process (e.g. one `sleep`), and no other
+/// execution under `driver_dir` has a live process. `Err` says what differs.
+pub fn exactly_running(
+    driver_dir: &Path,
+    expected_running: &BTreeSet<(String, u64)>,
+    program: &str,
+) -> Result<(), String> {
+    let processes = execution_processes(driver_dir);
+    let with_processes: BTreeSet<(String, u64)> = processes
+        .commands
+        .keys()
+        .chain(processes.shims.keys())
+        .cloned()
+        .collect();
+    if &with_processes != expected_running {
+        return Err(format!(
+            "executions with live processes {with_processes:?}, expected {expected_running:?}: {processes:?}"
+        ));
+    }
+    for execution in expected_running {
+        let programs = processes.commands.get(execution).map_or(0, |commands| {
+            commands
+                .iter()
+                .filter(|(_, argv0)| argv0.rsplit('/').next() == Some(program))
+                .count()
+        });
+        let shims = processes.shims.get(execution).map_or(0, Vec::len);
+        if programs != 1 || shims != 1 {
+            return Err(format!(
+                "{execution:?} runs {programs} `{program}` and {shims} shims, expected one each: {processes:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Waits (bounded) until [`exactly_running`] holds: a stopped command's
+/// shim needs a moment to record the exit and leave.
+pub async fn assert_exactly_running(
+    driver_dir: &Path,
+    expected_running: &BTreeSet<(String, u64)>,
+    program: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match exactly_running(driver_dir, expected_running, program) {
+            Ok(()) => return,
+            Err(difference) => assert!(Instant::now() < deadline, "{difference}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

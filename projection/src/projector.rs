@@ -1,0 +1,666 @@
+//! The projector: follows a replica's applied index, reads committed
+//! entries from its log in batches, and writes each batch to PostgreSQL in
+//! one guarded transaction.
+//!
+//! # Which replica projects
+//!
+//! The leader. The gateway passes a `watch::Receiver<bool>` that is true
+//! while its replica leads; every other replica's projector stands by and
+//! only watches the checkpoint (for `palisade cluster status` and
+//! read-your-writes waits). The leader applies first, so it projects with
+//! the least lag, and one writer means no wasted transactions. Correctness
+//! does not rest on it: a deposed leader still finishing a batch, or two
+//! projectors started by hand, are serialized by the checkpoint guard —
+//! the second transaction finds the checkpoint moved, rolls back before it
+//! wrote a row, and its projector reloads.
+//!
+//! # The shadow state
+//!
+//! To know each entry's outcome and the rows it changes, the projector
+//! replays entries through the pure `palisade_lifecycle::apply` on its own
+//! copy of the state (see [`crate::changes`]). That copy must be the state
+//! *at the checkpoint*, not the replica's current state, which may be
+//! ahead. So every [`SHADOW_INTERVAL_ENTRIES`] entries a batch also stores
+//! the shadow (`projection_shadow`, the state's JSON without the cluster
+//! secret) in the same transaction as the checkpoint; a projector that
+//! starts, takes over, or lost a race loads it and replays the log from it,
+//! without writing, up to the checkpoint. A projector that stood by keeps
+//! its shadow in memory and only replays what others projected since.
+//!
+//! # Failures
+//!
+//! PostgreSQL is not on the write path: the projector reads the log, which
+//! Raft keeps regardless. Any failure (PostgreSQL down, slow — every
+//! transaction is bounded by [`TRANSACTION_TIMEOUT`] —, a lost race) drops
+//! the in-memory shadow (it may hold an uncommitted batch) and retries with
+//! jittered exponential backoff, from the checkpoint. If the log was
+//! compacted past the checkpoint meanwhile, the projector resyncs: it
+//! replaces every projected row with the replica's current state (read
+//! together with its applied log id) in one transaction, and records the
+//! gap of events in `projection_resyncs`.
+
+use std::cmp::min;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info, warn};
+
+use crate::changes::{BatchChanges, Shadow, WritePlan};
+use crate::error::ProjectionError;
+use crate::query::Projection;
+use crate::source::{LogRecord, ReplicaSource};
+use crate::status::{LagSamples, ProjectionStatus, ProjectorState};
+use crate::store::{self, StageHook};
+
+/// Most log entries one batch transaction projects.
+pub const BATCH_ENTRIES_MAX: usize = 512;
+/// The shadow state is stored at least every this many entries.
+pub const SHADOW_INTERVAL_ENTRIES: u64 = 1_000;
+/// Bound on one transaction (batch, resync) or read, end to end.
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// First retry delay after a failure; doubles per consecutive failure.
+pub const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest retry delay.
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often a standing-by projector reads the checkpoint.
+pub const STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a projector waits for its replica to apply up to a checkpoint
+/// that another projector wrote, before it retries.
+pub const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+/// Connections the projection's pool opens at most (the projector uses
+/// one; the rest serve list queries and read-your-writes polls).
+pub const POOL_CONNECTIONS_MAX: u32 = 4;
+/// How long acquiring a connection may take (PostgreSQL down: fail fast
+/// and retry).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Server-side bound on one statement.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often a projecting replica logs its status.
+pub const STATUS_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How to reach PostgreSQL and tune the projector.
+#[derive(Debug, Clone)]
+pub struct ProjectionConfig {
+    /// `postgres://user:password@host:port/database`.
+    pub database_url: String,
+    /// This replica's node id (recorded as `projected_by`).
+    pub node_id: u64,
+    /// Entries per batch transaction (1..=[`BATCH_ENTRIES_MAX`]).
+    pub batch_entries_max: usize,
+    /// Entries between stored shadows.
+    pub shadow_interval_entries: u64,
+    /// Seed of the retry jitter.
+    pub seed: u64,
+}
+
+impl ProjectionConfig {
+    /// Defaults for `database_url` and `node_id`.
+    pub fn new(database_url: impl Into<String>, node_id: u64) -> Self {
+        Self {
+            database_url: database_url.into(),
+            node_id,
+            batch_entries_max: BATCH_ENTRIES_MAX,
+            shadow_interval_entries: SHADOW_INTERVAL_ENTRIES,
+            seed: node_id,
+        }
+    }
+}
+
+/// A lazily connecting pool: creating it never waits for PostgreSQL, so a
+/// replica starts (and takes writes) while the database is down.
+pub fn connect_lazy(database_url: &str) -> Result<PgPool, ProjectionError> {
+    let options = PgConnectOptions::from_str(database_url)?
+        .application_name("palisade-projection")
+        .options([(
+            "statement_timeout",
+            format!("{}ms", STATEMENT_TIMEOUT.as_millis()),
+        )]);
+    Ok(PgPoolOptions::new()
+        .max_connections(POOL_CONNECTIONS_MAX)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_lazy_with(options))
+}
+
+/// Runs `future` under [`TRANSACTION_TIMEOUT`]. When it expires the future
+/// is dropped, which rolls its transaction back.
+async fn bounded<T>(
+    future: impl Future<Output = Result<T, ProjectionError>>,
+) -> Result<T, ProjectionError> {
+    tokio::time::timeout(TRANSACTION_TIMEOUT, future)
+        .await
+        .map_err(|_| ProjectionError::Timeout(TRANSACTION_TIMEOUT))?
+}
+
+/// Starts a projector task for `source` and returns the handle to query it.
+/// The task runs until `shutdown` resolves; it projects while `active` is
+/// true (see the module doc: the gateway makes it "this replica leads").
+pub fn spawn<S: ReplicaSource>(
+    config: ProjectionConfig,
+    source: S,
+    active: watch::Receiver<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(Projection, tokio::task::JoinHandle<()>), ProjectionError> {
+    let (projector, projection) = Projector::new(config, source)?;
+    let task = tokio::spawn(projector.run(active, shutdown));
+    Ok((projection, task))
+}
+
+/// The projector of one replica. See the module documentation.
+pub struct Projector<S: ReplicaSource> {
+    config: ProjectionConfig,
+    pool: PgPool,
+    source: S,
+    applied: watch::Receiver<u64>,
+    status: watch::Sender<ProjectionStatus>,
+    lag: Arc<LagSamples>,
+    hook: Option<StageHook>,
+    /// The state at `shadow.position`; `None` when unknown (start, after a
+    /// failure).
+    shadow: Option<Shadow>,
+    /// True while `shadow` is known to be at the checkpoint (or behind it
+    /// only by what this projector wrote itself).
+    verified: bool,
+    /// Index of the shadow last stored in PostgreSQL.
+    shadow_stored_at: u64,
+    migrated: bool,
+    rng: StdRng,
+    last_status_log: Instant,
+}
+
+impl<S: ReplicaSource> Projector<S> {
+    /// A projector for `source` writing to `config.database_url` (connected
+    /// lazily), and the handle to query the projection.
+    pub fn new(config: ProjectionConfig, source: S) -> Result<(Self, Projection), ProjectionError> {
+        let pool = connect_lazy(&config.database_url)?;
+        Ok(Self::with_pool(config, pool, source))
+    }
+
+    /// Like [`Projector::new`], on an existing pool.
+    pub fn with_pool(config: ProjectionConfig, pool: PgPool, source: S) -> (Self, Projection) {
+        assert!(
+            (1..=BATCH_ENTRIES_MAX).contains(&config.batch_entries_max),
+            "batch_entries_max must be within 1..={BATCH_ENTRIES_MAX}"
+        );
+        let applied = source.applied_index();
+        let (status, status_receiver) = watch::channel(ProjectionStatus {
+            node_id: config.node_id,
+            ..ProjectionStatus::default()
+        });
+        let lag = Arc::new(LagSamples::default());
+        let projection =
+            Projection::new(pool.clone(), status_receiver, applied.clone(), lag.clone());
+        let rng = StdRng::seed_from_u64(config.seed);
+        let projector = Projector {
+            config,
+            pool,
+            source,
+            applied,
+            status,
+            lag,
+            hook: None,
+            shadow: None,
+            verified: false,
+            shadow_stored_at: 0,
+            migrated: false,
+            rng,
+            last_status_log: Instant::now(),
+        };
+        (projector, projection)
+    }
+
+    /// Calls `hook` at each [`BatchStage`](crate::BatchStage) of every batch
+    /// transaction (fault injection for tests and the chaos harness).
+    pub fn with_stage_hook(mut self, hook: StageHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// Runs until `shutdown` resolves or the replica's applied-index
+    /// channel closes. Dropping the future mid-batch (shutdown, abort)
+    /// rolls the open transaction back; the next projector resumes from
+    /// the checkpoint.
+    pub async fn run(
+        mut self,
+        mut active: watch::Receiver<bool>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let span = tracing::info_span!("projector", node = self.config.node_id);
+        let tracking = track_applied(self.applied.clone(), self.lag.clone());
+        async {
+            tokio::select! {
+                () = shutdown => info!("projector stopped"),
+                () = tracking => info!("replica stopped; projector stops"),
+                () = self.main_loop(&mut active) => {}
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+
+    async fn main_loop(&mut self, active: &mut watch::Receiver<bool>) {
+        let mut consecutive_failures = 0u32;
+        loop {
+            if !*active.borrow_and_update() {
+                if !self.standby(active).await {
+                    info!(
+                        node = self.config.node_id,
+                        "leadership channel closed; projector stops"
+                    );
+                    return;
+                }
+                continue;
+            }
+            match self.step(active).await {
+                Ok(()) => consecutive_failures = 0,
+                Err(ProjectionError::CheckpointMoved { expected }) => {
+                    // Lost a race: reload from the new checkpoint at once.
+                    self.shadow = None;
+                    self.verified = false;
+                    self.status.send_modify(|status| status.conflicts += 1);
+                    info!(
+                        node = self.config.node_id,
+                        expected, "another projector moved the checkpoint; reloading"
+                    );
+                }
+                Err(error) => {
+                    consecutive_failures = consecutive_failures.saturating_add(1);
+                    self.shadow = None;
+                    self.verified = false;
+                    let delay = self.backoff(consecutive_failures, error.is_transient());
+                    warn!(
+                        node = self.config.node_id,
+                        %error,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "projection failed; retrying"
+                    );
+                    self.status.send_modify(|status| {
+                        status.state = ProjectorState::Retrying;
+                        status.failures += 1;
+                        status.last_error = Some(error.to_string());
+                    });
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = active.changed() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Jittered exponential backoff; errors an operator must fix wait the
+    /// longest.
+    fn backoff(&mut self, failures: u32, transient: bool) -> Duration {
+        let base = if transient {
+            let exponent = failures.saturating_sub(1).min(16);
+            min(
+                RETRY_BACKOFF_MIN.saturating_mul(1u32 << exponent),
+                RETRY_BACKOFF_MAX,
+            )
+        } else {
+            RETRY_BACKOFF_MAX
+        };
+        let jitter = self.rng.random_range(0.5..1.0);
+        base.mul_f64(jitter)
+    }
+
+    /// Not leading: keep the shadow, watch the checkpoint. Returns false
+    /// when the leadership channel closed.
+    async fn standby(&mut self, active: &mut watch::Receiver<bool>) -> bool {
+        self.verified = false;
+        self.status
+            .send_modify(|status| status.state = ProjectorState::Standby);
+        loop {
+            match bounded(store::read_checkpoint(&self.pool)).await {
+                Ok(checkpoint) => {
+                    self.lag.forget_through(checkpoint.position.index);
+                    self.status.send_modify(|status| {
+                        status.projected_index = checkpoint.position.index;
+                        status.projected_term = checkpoint.position.term;
+                        status.last_error = None;
+                    });
+                }
+                Err(error) => {
+                    debug!(%error, "cannot read the projection checkpoint");
+                    self.status
+                        .send_modify(|status| status.last_error = Some(error.to_string()));
+                }
+            }
+            tokio::select! {
+                changed = active.changed() => {
+                    if changed.is_err() {
+                        return false;
+                    }
+                    if *active.borrow_and_update() {
+                        return true;
+                    }
+                }
+                () = tokio::time::sleep(STANDBY_POLL_INTERVAL) => {}
+            }
+        }
+    }
+
+    /// One unit of work: prepare if needed, then one batch (or wait for
+    /// the replica to apply more).
+    async fn step(&mut self, active: &mut watch::Receiver<bool>) -> Result<(), ProjectionError> {
+        if !self.migrated {
+            bounded(store::migrate(&self.pool)).await?;
+            self.migrated = true;
+        }
+        if !self.verified || self.shadow.is_none() {
+            self.prepare().await?;
+        }
+        let from = self
+            .shadow
+            .as_ref()
+            .map_or(0, |shadow| shadow.position.index);
+        let applied = *self.applied.borrow_and_update();
+        if applied <= from {
+            self.status.send_modify(|status| {
+                status.state = ProjectorState::Projecting;
+                status.last_error = None;
+            });
+            self.log_status();
+            tokio::select! {
+                changed = self.applied.changed() => {
+                    if changed.is_err() {
+                        return Err(ProjectionError::Log("the replica stopped".into()));
+                    }
+                }
+                _ = active.changed() => {}
+            }
+            return Ok(());
+        }
+        let end = min(applied, from + self.config.batch_entries_max as u64);
+        match bounded(self.source.read_committed(from + 1, end)).await {
+            Ok(records) => self.project_batch(&records).await,
+            Err(ProjectionError::Compacted {
+                index,
+                first_available,
+            }) => {
+                warn!(
+                    node = self.config.node_id,
+                    index,
+                    ?first_available,
+                    "the log was compacted past the projection's checkpoint; resyncing from the state"
+                );
+                self.resync(from).await
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Applies `records` to the shadow and writes the batch.
+    async fn project_batch(&mut self, records: &[LogRecord]) -> Result<(), ProjectionError> {
+        // Taken out: if the transaction fails (or this future is dropped)
+        // the shadow holds an uncommitted batch and must not be reused.
+        let Some(mut shadow) = self.shadow.take() else {
+            return Err(ProjectionError::Inconsistent(
+                "no shadow state to project from".into(),
+            ));
+        };
+        let from = shadow.position.index;
+        let mut changes = BatchChanges::default();
+        for record in records {
+            shadow.apply(record, Some(&mut changes));
+        }
+        let to = shadow.position;
+        let plan = WritePlan::of_changes(&shadow.state, changes);
+        let shadow_bytes =
+            if to.index >= self.shadow_stored_at + self.config.shadow_interval_entries {
+                Some(shadow.encode().map_err(|source| ProjectionError::Decode {
+                    what: "the shadow state",
+                    source,
+                })?)
+            } else {
+                None
+            };
+        let cluster_id = shadow
+            .state
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.cluster_id.clone());
+        let started = Instant::now();
+        let written = bounded(store::write_batch(
+            &self.pool,
+            self.config.node_id,
+            from,
+            to,
+            cluster_id.as_deref(),
+            &plan,
+            shadow_bytes.as_deref().map(|bytes| (to, bytes)),
+            self.hook.as_ref(),
+        ))
+        .await?;
+        let elapsed = started.elapsed();
+        self.shadow = Some(shadow);
+        if shadow_bytes.is_some() {
+            self.shadow_stored_at = to.index;
+        }
+        self.lag.forget_through(to.index);
+        self.status.send_modify(|status| {
+            status.state = ProjectorState::Projecting;
+            status.projected_index = to.index;
+            status.projected_term = to.term;
+            status.batches += 1;
+            status.events += written.events as u64;
+            status.last_batch_entries = records.len() as u64;
+            status.last_batch_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+            status.last_error = None;
+        });
+        debug!(
+            node = self.config.node_id,
+            from = from + 1,
+            to = to.index,
+            events = written.events,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "projected a batch"
+        );
+        self.log_status();
+        Ok(())
+    }
+
+    fn log_status(&mut self) {
+        if self.last_status_log.elapsed() < STATUS_LOG_INTERVAL {
+            return;
+        }
+        self.last_status_log = Instant::now();
+        let status = self.status.borrow().clone();
+        let applied = *self.applied.borrow();
+        info!(
+            node = status.node_id,
+            projected_index = status.projected_index,
+            applied_index = applied,
+            lag_entries = applied.saturating_sub(status.projected_index),
+            lag_ms = self.lag.lag_ms(status.projected_index, Instant::now()),
+            batches = status.batches,
+            conflicts = status.conflicts,
+            resyncs = status.resyncs,
+            failures = status.failures,
+            "projection status"
+        );
+    }
+
+    /// Brings the shadow to the checkpoint: the one kept in memory, else
+    /// the stored one, replayed (without writing) up to the checkpoint; or
+    /// resyncs when the log no longer holds what the replay needs.
+    async fn prepare(&mut self) -> Result<(), ProjectionError> {
+        self.status
+            .send_modify(|status| status.state = ProjectorState::Preparing);
+        let checkpoint = bounded(store::read_checkpoint(&self.pool)).await?;
+        let target = checkpoint.position;
+        self.status.send_modify(|status| {
+            status.projected_index = target.index;
+            status.projected_term = target.term;
+        });
+        self.wait_applied(target.index).await?;
+        let kept = self
+            .shadow
+            .take()
+            .filter(|shadow| shadow.position.index <= target.index);
+        let mut shadow = match kept {
+            Some(shadow) => shadow,
+            None => match bounded(store::read_shadow(&self.pool)).await? {
+                Some((position, state)) if position.index <= target.index => {
+                    self.shadow_stored_at = position.index;
+                    Shadow { state, position }
+                }
+                Some((position, _)) => {
+                    return Err(ProjectionError::Inconsistent(format!(
+                        "the stored shadow is at {} but the checkpoint at {}",
+                        position.index, target.index
+                    )));
+                }
+                None if target.index == 0 => {
+                    self.shadow_stored_at = 0;
+                    Shadow::initial()
+                }
+                None => {
+                    warn!(
+                        node = self.config.node_id,
+                        checkpoint = target.index,
+                        "the projection has a checkpoint but no stored shadow; resyncing"
+                    );
+                    return self.resync(target.index).await;
+                }
+            },
+        };
+        while shadow.position.index < target.index {
+            let start = shadow.position.index + 1;
+            let end = min(
+                target.index,
+                start + self.config.batch_entries_max as u64 - 1,
+            );
+            match bounded(self.source.read_committed(start, end)).await {
+                Ok(records) => {
+                    for record in &records {
+                        shadow.apply(record, None);
+                    }
+                }
+                Err(ProjectionError::Compacted { .. }) => {
+                    warn!(
+                        node = self.config.node_id,
+                        needed = start,
+                        checkpoint = target.index,
+                        "the log no longer holds the entries between the stored shadow and the checkpoint; resyncing"
+                    );
+                    return self.resync(target.index).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        if shadow.position != target && target.index > 0 {
+            return Err(ProjectionError::ForeignDatabase {
+                detail: format!(
+                    "its checkpoint is entry {} of term {}, but this replica's entry {} is of term {}",
+                    target.index, target.term, shadow.position.index, shadow.position.term
+                ),
+            });
+        }
+        if let (Some(projected), Some(ours)) = (&checkpoint.cluster_id, &shadow.state.cluster)
+            && *projected != ours.cluster_id
+        {
+            return Err(ProjectionError::ForeignDatabase {
+                detail: format!(
+                    "it was projected from cluster {projected}, this is cluster {}",
+                    ours.cluster_id
+                ),
+            });
+        }
+        self.shadow = Some(shadow);
+        self.verified = true;
+        self.lag.forget_through(target.index);
+        info!(
+            node = self.config.node_id,
+            checkpoint = target.index,
+            "projector ready"
+        );
+        Ok(())
+    }
+
+    /// Waits (bounded) until this replica applied `index`.
+    async fn wait_applied(&mut self, index: u64) -> Result<(), ProjectionError> {
+        let waited = tokio::time::timeout(
+            CATCH_UP_WAIT,
+            self.applied.wait_for(|applied| *applied >= index),
+        )
+        .await;
+        match waited {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(ProjectionError::Log("the replica stopped".into())),
+            Err(_) => Err(ProjectionError::Log(format!(
+                "this replica has not applied up to the projection's checkpoint {index} within {CATCH_UP_WAIT:?}"
+            ))),
+        }
+    }
+
+    /// Replaces the projection with the replica's current state, in one
+    /// transaction guarded on the checkpoint `from`.
+    async fn resync(&mut self, from: u64) -> Result<(), ProjectionError> {
+        self.status
+            .send_modify(|status| status.state = ProjectorState::Resyncing);
+        self.shadow = None;
+        self.verified = false;
+        let (state, position) = self.source.applied_state();
+        if position.index < from {
+            return Err(ProjectionError::Log(format!(
+                "cannot resync: this replica's state is at {}, behind the checkpoint {from}",
+                position.index
+            )));
+        }
+        let shadow = Shadow { state, position };
+        if position.index == from {
+            // Already there: the state at the checkpoint is the shadow.
+            self.shadow = Some(shadow);
+            self.verified = true;
+            return Ok(());
+        }
+        let bytes = shadow.encode().map_err(|source| ProjectionError::Decode {
+            what: "the shadow state",
+            source,
+        })?;
+        bounded(store::write_resync(
+            &self.pool,
+            self.config.node_id,
+            from,
+            position,
+            &shadow.state,
+            &bytes,
+        ))
+        .await?;
+        warn!(
+            node = self.config.node_id,
+            from,
+            to = position.index,
+            "projection resynced from the replica's state; the events of the entries in between are not in lifecycle_events (see projection_resyncs)"
+        );
+        self.shadow = Some(shadow);
+        self.verified = true;
+        self.shadow_stored_at = position.index;
+        self.lag.forget_through(position.index);
+        self.status.send_modify(|status| {
+            status.state = ProjectorState::Projecting;
+            status.projected_index = position.index;
+            status.projected_term = position.term;
+            status.resyncs += 1;
+            status.last_error = None;
+        });
+        Ok(())
+    }
+}
+
+/// Records when each applied index was first seen, until the replica's
+/// channel closes.
+async fn track_applied(mut applied: watch::Receiver<u64>, lag: Arc<LagSamples>) {
+    lag.record(*applied.borrow_and_update(), Instant::now());
+    while applied.changed().await.is_ok() {
+        let index = *applied.borrow_and_update();
+        lag.record(index, Instant::now());
+    }
+}

@@ -1,0 +1,368 @@
+//! [`TestPostgres`]: a throwaway PostgreSQL server for tests and
+//! benchmarks, never a mock.
+//!
+//! It runs `initdb` and `pg_ctl` from `/usr/lib/postgresql/*/bin` (the
+//! newest version there) on a temporary directory and a free port on
+//! 127.0.0.1, and stops the server and removes the directory on drop.
+//! PostgreSQL refuses to run as root: as root, the binaries run as the
+//! `postgres` user (`runuser -u postgres --`) in a directory it owns.
+//! `scripts/ensure-postgres` installs the `postgresql` package when the
+//! binaries are missing.
+//!
+//! With `DATABASE_URL` set, no server is started: each `TestPostgres`
+//! creates a fresh database on that server and drops it on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+/// Where Debian and Ubuntu put the server binaries (one directory per
+/// major version).
+const POSTGRES_LIBRARY_DIR: &str = "/usr/lib/postgresql";
+/// The user the server runs as when we are root.
+const POSTGRES_USER: &str = "postgres";
+/// How long `pg_ctl start` may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a test server could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum TestPostgresError {
+    /// No PostgreSQL server binaries.
+    #[error(
+        "no PostgreSQL binaries under {POSTGRES_LIBRARY_DIR}/*/bin; run scripts/ensure-postgres (installs the postgresql package) or set DATABASE_URL"
+    )]
+    NotInstalled,
+    /// A command failed.
+    #[error("{command} failed: {detail}")]
+    Command {
+        /// What was run.
+        command: String,
+        /// Its exit status and output.
+        detail: String,
+    },
+    /// Local IO failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The external server (DATABASE_URL) refused.
+    #[error("DATABASE_URL: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// How much durability the test server keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `fsync=off`, `synchronous_commit=off`: for tests.
+    Fast,
+    /// The server's defaults (every commit is flushed): for benchmarks.
+    Durable,
+}
+
+enum Server {
+    /// A server this value started and owns.
+    Local {
+        directory: PathBuf,
+        bin: PathBuf,
+        port: u16,
+        as_postgres_user: bool,
+        durability: Durability,
+    },
+    /// A database on the server DATABASE_URL names.
+    External { admin_url: String, database: String },
+}
+
+/// A PostgreSQL server (or database) for one test. See the module doc.
+pub struct TestPostgres {
+    server: Server,
+    url: String,
+}
+
+fn run(command: &mut Command) -> Result<String, TestPostgresError> {
+    let described = format!("{command:?}");
+    let output = command
+        .output()
+        .map_err(|error| TestPostgresError::Command {
+            command: described.clone(),
+            detail: error.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(TestPostgresError::Command {
+            command: described,
+            detail: format!(
+                "{}: {}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn is_root() -> bool {
+    run(Command::new("id").arg("-u")).is_ok_and(|uid| uid.trim() == "0")
+}
+
+/// The newest `/usr/lib/postgresql/N/bin` holding `initdb` and `pg_ctl`.
+fn find_bin() -> Result<PathBuf, TestPostgresError> {
+    let Ok(entries) = std::fs::read_dir(POSTGRES_LIBRARY_DIR) else {
+        return Err(TestPostgresError::NotInstalled);
+    };
+    let mut versions: Vec<(u32, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            (bin.join("initdb").exists() && bin.join("pg_ctl").exists()).then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, bin)| bin)
+        .ok_or(TestPostgresError::NotInstalled)
+}
+
+fn free_port() -> Result<u16, TestPostgresError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.subsec_nanos());
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+impl TestPostgres {
+    /// A server for tests ([`Durability::Fast`]), or a fresh database on
+    /// `DATABASE_URL`'s server.
+    pub async fn start() -> Result<Self, TestPostgresError> {
+        Self::start_with(Durability::Fast).await
+    }
+
+    /// Like [`TestPostgres::start`], with the given durability (ignored
+    /// with `DATABASE_URL`).
+    pub async fn start_with(durability: Durability) -> Result<Self, TestPostgresError> {
+        match std::env::var("DATABASE_URL") {
+            Ok(admin_url) if !admin_url.is_empty() => Self::external(admin_url).await,
+            _ => tokio::task::spawn_blocking(move || Self::local(durability))
+                .await
+                .map_err(|error| TestPostgresError::Io(std::io::Error::other(error)))?,
+        }
+    }
+
+    async fn external(admin_url: String) -> Result<Self, TestPostgresError> {
+        let database = format!("palisade_test_{}", unique_suffix());
+        let mut connection = PgConnection::connect(&admin_url).await?;
+        sqlx::query(&format!("CREATE DATABASE {database}"))
+            .execute(&mut connection)
+            .await?;
+        connection.close().await?;
+        let url = match admin_url.rsplit_once('/') {
+            Some((server, last)) if !last.contains(':') && !last.contains('@') => {
+                let query = last.split_once('?').map(|(_, query)| query);
+                match query {
+                    Some(query) => format!("{server}/{database}?{query}"),
+                    None => format!("{server}/{database}"),
+                }
+            }
+            _ => format!("{}/{database}", admin_url.trim_end_matches('/')),
+        };
+        Ok(Self {
+            server: Server::External {
+                admin_url,
+                database,
+            },
+            url,
+        })
+    }
+
+    fn local(durability: Durability) -> Result<Self, TestPostgresError> {
+        let bin = find_bin()?;
+        let as_postgres_user = is_root();
+        let directory = std::env::temp_dir().join(format!("palisade-pg-{}", unique_suffix()));
+        std::fs::create_dir_all(&directory)?;
+        if as_postgres_user {
+            run(Command::new("chown")
+                .arg(format!("{POSTGRES_USER}:"))
+                .arg(&directory))?;
+        }
+        let port = free_port()?;
+        let server = TestPostgres {
+            server: Server::Local {
+                directory: directory.clone(),
+                bin: bin.clone(),
+                port,
+                as_postgres_user,
+                durability,
+            },
+            url: format!("postgres://{POSTGRES_USER}@127.0.0.1:{port}/postgres"),
+        };
+        // From here on, drop cleans up whatever was made.
+        server.command("initdb", |command| {
+            command
+                .arg("-D")
+                .arg(directory.join("data"))
+                .args(["-U", POSTGRES_USER, "--auth=trust", "--no-sync"])
+                .args(["--encoding=UTF8", "--locale=C"]);
+        })?;
+        server.start_server()?;
+        Ok(server)
+    }
+
+    /// Runs a server binary, as the postgres user when we are root.
+    fn command(
+        &self,
+        program: &str,
+        arguments: impl FnOnce(&mut Command),
+    ) -> Result<String, TestPostgresError> {
+        let Server::Local {
+            bin,
+            as_postgres_user,
+            directory,
+            ..
+        } = &self.server
+        else {
+            return Ok(String::new());
+        };
+        let mut command = if *as_postgres_user {
+            let mut command = Command::new("runuser");
+            command
+                .args(["-u", POSTGRES_USER, "--"])
+                .arg(bin.join(program));
+            command
+        } else {
+            Command::new(bin.join(program))
+        };
+        command.current_dir(directory);
+        arguments(&mut command);
+        run(&mut command)
+    }
+
+    fn start_server(&self) -> Result<(), TestPostgresError> {
+        let Server::Local {
+            directory,
+            port,
+            durability,
+            ..
+        } = &self.server
+        else {
+            return Ok(());
+        };
+        let mut options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c max_connections=50",
+            directory.display()
+        );
+        if *durability == Durability::Fast {
+            options.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+        }
+        let data = directory.join("data");
+        let log = directory.join("server.log");
+        self.command("pg_ctl", |command| {
+            command
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(&log)
+                .args(["-o", &options, "-w", "-t"])
+                .arg(START_TIMEOUT.as_secs().to_string())
+                .arg("start");
+        })
+        .map_err(|error| match std::fs::read_to_string(&log) {
+            Ok(server_log) => TestPostgresError::Command {
+                command: "pg_ctl start".into(),
+                detail: format!("{error}\nserver log:\n{server_log}"),
+            },
+            Err(_) => error,
+        })?;
+        Ok(())
+    }
+
+    /// `postgres://...` of the test database.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The data directory of a local server (`None` with `DATABASE_URL`).
+    pub fn directory(&self) -> Option<&Path> {
+        match &self.server {
+            Server::Local { directory, .. } => Some(directory),
+            Server::External { .. } => None,
+        }
+    }
+
+    /// True when this value runs its own server (stop/restart work).
+    pub fn is_local(&self) -> bool {
+        matches!(self.server, Server::Local { .. })
+    }
+
+    /// Stops the server at once, like a crash (`pg_ctl stop -m
+    /// immediate`). Blocking.
+    pub fn stop(&self) -> Result<(), TestPostgresError> {
+        let Some(directory) = self.directory() else {
+            return Ok(());
+        };
+        let data = directory.join("data");
+        self.command("pg_ctl", |command| {
+            command
+                .arg("-D")
+                .arg(&data)
+                .args(["-m", "immediate", "-w", "stop"]);
+        })?;
+        Ok(())
+    }
+
+    /// Starts a stopped server again, on the same port. Blocking.
+    pub fn restart(&self) -> Result<(), TestPostgresError> {
+        self.start_server()
+    }
+}
+
+impl Drop for TestPostgres {
+    fn drop(&mut self) {
+        match &self.server {
+            Server::Local { directory, .. } => {
+                // Already stopped is fine.
+                let _ = self.stop();
+                let _ = std::fs::remove_dir_all(directory);
+            }
+            Server::External {
+                admin_url,
+                database,
+            } => {
+                let admin_url = admin_url.clone();
+                let statement = format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)");
+                // Drop cannot await; a thread with its own runtime can.
+                let dropped = std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .ok()?;
+                    runtime.block_on(async {
+                        let mut connection = PgConnection::connect(&admin_url).await.ok()?;
+                        sqlx::query(&statement)
+                            .execute(&mut connection)
+                            .await
+                            .ok()?;
+                        connection.close().await.ok()
+                    })
+                })
+                .join();
+                if !matches!(dropped, Ok(Some(()))) {
+                    eprintln!("could not drop test database {database}; drop it by hand");
+                }
+            }
+        }
+    }
+}
