@@ -15,6 +15,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use palisade_proto::v1::{
     self, cluster_admin_client::ClusterAdminClient, cluster_admin_server::ClusterAdmin,
 };
+use sha2::Digest;
 use tonic::{Code, Request, Response, Status};
 
 use crate::client::endpoint_uri;
@@ -101,12 +102,20 @@ pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
+    let (state_applied_index, state_digest) = replica.state.read(|applied| {
+        let digest = serde_json::to_vec(&applied.state)
+            .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
+            .unwrap_or_default();
+        (applied.last_applied.map_or(0, |id| id.index), digest)
+    });
     v1::ClusterInfo {
+        state_digest,
         node_id: replica.node_id,
         leader_id: metrics.current_leader,
         term: metrics.current_term,
         commit_index: metrics.local_committed.map_or(0, |id| id.index),
-        applied_index: metrics.last_applied.map_or(0, |id| id.index),
+        // The state machine's own index, consistent with the digest.
+        applied_index: state_applied_index,
         server_state: format!("{:?}", metrics.state),
         members,
         leader_address,

@@ -39,7 +39,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::driver::{ComputeDriver, ExecutionStatus, LaunchSpec};
+use crate::driver::{ComputeDriver, DriverError, ExecutionStatus, LaunchSpec};
 
 /// Tuning of the executor.
 #[derive(Debug, Clone)]
@@ -57,6 +57,8 @@ pub struct ExecutorConfig {
     pub tick_interval: Duration,
     /// How long settled request receipts are kept (at least 24 h promised).
     pub receipt_retention: Duration,
+    /// A driver call that has not answered by then counts as uncertain.
+    pub driver_call_timeout: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -68,6 +70,7 @@ impl Default for ExecutorConfig {
             effects_in_flight_max: 64,
             tick_interval: Duration::from_secs(10),
             receipt_retention: Duration::from_secs(24 * 3600),
+            driver_call_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -273,6 +276,21 @@ impl Executor {
         let _ = self.complete(term, command).await;
     }
 
+    /// Bounds a driver call: no answer in time is an uncertain outcome.
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        let timeout = self.config.driver_call_timeout;
+        tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DriverError::Uncertain {
+                    message: format!("no answer within {timeout:?}"),
+                })
+            })
+    }
+
     /// Performs one effect and proposes its completion.
     async fn perform(&self, term: u64, work: Work) -> Retry {
         if work.kind.is_none() {
@@ -299,7 +317,7 @@ impl Executor {
                     command: work.command,
                     env: work.env,
                 };
-                let result = match driver.launch(&spec).await {
+                let result = match self.bounded(driver.launch(&spec)).await {
                     Ok(handle) => LaunchResult::Running {
                         handle: handle.to_string(),
                         driver: driver.name().to_string(),
@@ -323,16 +341,21 @@ impl Executor {
                 .await
             }
             Some(OperationKind::Stop) => {
-                if let Err(error) = driver
-                    .stop(&sandbox_id, generation, self.config.stop_grace)
-                    .await
-                {
-                    warn!(%error, "stop not confirmed; will retry");
-                    return Retry::After;
-                }
-                let exit_code = match driver.inspect(&sandbox_id, generation).await {
-                    Ok(ExecutionStatus::Exited { code }) => Some(code),
-                    _ => None,
+                let stopped = self
+                    .bounded(driver.stop(&sandbox_id, generation, self.config.stop_grace))
+                    .await;
+                let observed = self.bounded(driver.inspect(&sandbox_id, generation)).await;
+                // A confirmed stop is final (the driver returns only once the
+                // execution is gone). An unconfirmed one (its answer may have
+                // been lost) is resolved by observing the driver: only an
+                // execution seen gone is recorded as stopped, never assumed.
+                let exit_code = match (stopped, observed) {
+                    (_, Ok(ExecutionStatus::Exited { code })) => Some(code),
+                    (Ok(()), _) | (Err(_), Ok(ExecutionStatus::Absent)) => None,
+                    (Err(error), _) => {
+                        warn!(%error, "stop not confirmed and the execution not seen gone; will observe again");
+                        return Retry::After;
+                    }
                 };
                 self.complete(
                     term,
@@ -345,14 +368,14 @@ impl Executor {
                 .await
             }
             Some(OperationKind::Delete) => {
-                if let Err(error) = driver.remove(&sandbox_id).await {
+                if let Err(error) = self.bounded(driver.remove(&sandbox_id)).await {
                     warn!(%error, "removal not confirmed; will retry");
                     return Retry::After;
                 }
                 self.complete(term, Command::CompleteDelete { sandbox_id })
                     .await
             }
-            None => match driver.inspect(&sandbox_id, generation).await {
+            None => match self.bounded(driver.inspect(&sandbox_id, generation)).await {
                 Ok(ExecutionStatus::Exited { code }) => {
                     self.complete(
                         term,

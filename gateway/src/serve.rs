@@ -45,6 +45,11 @@ pub struct RunArgs {
     /// the control plane. Every replica of a cluster must use the same one.
     #[arg(long, value_enum, default_value_t = DriverKind::Process)]
     pub driver: DriverKind,
+    /// With `--driver fault`: the faults to inject, as JSON, e.g.
+    /// '{"stop": {"uncertain_after_first": 1}}' (see the fault driver's
+    /// docs for every field).
+    #[arg(long, value_parser = crate::driver::fault::FaultPlan::from_json)]
+    pub fault_plan: Option<crate::driver::fault::FaultPlan>,
     /// Directory the process driver keeps executions in. Every replica on a
     /// host must use the same one (default: DATA_DIR/../executions).
     #[arg(long)]
@@ -76,6 +81,9 @@ pub enum DriverKind {
     Process,
     /// Runs nothing, keeps no state: for benchmarks and tests only.
     Noop,
+    /// The process driver with injected faults (`--fault-plan`): for tests
+    /// and chaos runs only.
+    Fault,
 }
 
 /// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
@@ -151,7 +159,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let driver: Arc<dyn ComputeDriver> = match args.driver {
         DriverKind::Noop => Arc::new(NoopDriver),
-        DriverKind::Process => {
+        DriverKind::Process | DriverKind::Fault => {
             let driver_dir = match &args.driver_dir {
                 Some(dir) => dir.clone(),
                 None => args
@@ -165,9 +173,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             std::fs::create_dir_all(&driver_dir).with_context(|| {
                 format!("cannot create driver directory {}", driver_dir.display())
             })?;
-            Arc::new(ProcessDriver::new(driver_dir, shim_program))
+            let process: Arc<dyn ComputeDriver> =
+                Arc::new(ProcessDriver::new(driver_dir, shim_program));
+            if args.driver == DriverKind::Fault {
+                let plan = args.fault_plan.clone().unwrap_or_default();
+                Arc::new(crate::driver::fault::FaultDriver::new(process, plan))
+            } else {
+                process
+            }
         }
     };
+    if args.fault_plan.is_some() && args.driver != DriverKind::Fault {
+        bail!("--fault-plan needs --driver fault");
+    }
     let config = NodeConfig {
         node_id: args.node_id,
         listen: args.listen,

@@ -565,15 +565,16 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
         request: request("create"),
     });
     created?;
-    replica.commit(Command::CompleteLaunch {
-        sandbox_id: "sandbox-1".into(),
-        generation: 1,
-        result: LaunchResult::Running {
-            handle: "pid=1".into(),
-            driver: "process".into(),
-        },
-    })
-    .1?;
+    replica
+        .commit(Command::CompleteLaunch {
+            sandbox_id: "sandbox-1".into(),
+            generation: 1,
+            result: LaunchResult::Running {
+                handle: "pid=1".into(),
+                driver: "process".into(),
+            },
+        })
+        .1?;
     for session in 0..300 {
         let (_, response) = replica.commit(Command::CreateSshSession {
             target: SandboxTarget::Id("sandbox-1".into()),
@@ -584,13 +585,14 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
         });
         response?;
     }
-    replica.commit(Command::SetSandboxPolicy {
-        target: SandboxTarget::Id("sandbox-1".into()),
-        document: "{}".into(),
-        expected_version: None,
-        time_ms: 3,
-    })
-    .1?;
+    replica
+        .commit(Command::SetSandboxPolicy {
+            target: SandboxTarget::Id("sandbox-1".into()),
+            document: "{}".into(),
+            expected_version: None,
+            time_ms: 3,
+        })
+        .1?;
     let (projector, projection) = harness.projector(1)?;
     let (task, _active) = run(projector);
     assert_rows_equal(&projection, replica).await?;
@@ -599,13 +601,14 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
         .await?;
     ensure!(sessions == 300);
 
-    replica.commit(Command::BeginDelete {
-        target: SandboxTarget::Id("sandbox-1".into()),
-        expected_sandbox_id: None,
-        expected_execution: None,
-        request: request("delete"),
-    })
-    .1?;
+    replica
+        .commit(Command::BeginDelete {
+            target: SandboxTarget::Id("sandbox-1".into()),
+            expected_sandbox_id: None,
+            expected_execution: None,
+            request: request("delete"),
+        })
+        .1?;
     let (deleted_at, _) = replica.commit(Command::CompleteDelete {
         sandbox_id: "sandbox-1".into(),
     });

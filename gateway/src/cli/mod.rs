@@ -490,6 +490,7 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                 "term": info.term,
                 "commit_index": info.commit_index,
                 "applied_index": info.applied_index,
+                "state_digest": info.state_digest,
                 "lag": leader_commit.map(|commit| commit.saturating_sub(info.applied_index)),
                 "members": info.members.iter().map(|member| json!({
                     "node_id": member.node_id,

@@ -34,6 +34,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+pub mod fault;
 pub mod noop;
 #[cfg(target_os = "linux")]
 pub mod process;

@@ -42,6 +42,11 @@ impl Cluster {
     /// Starts `size` founding replicas (node ids 1..=size) with extra
     /// `gateway run` flags.
     pub fn start(size: u64, extra_args: &[&str]) -> Cluster {
+        Self::start_with_log(size, extra_args, "info,openraft=warn")
+    }
+
+    /// Like [`Cluster::start`], with `PALISADE_LOG=log_filter`.
+    pub fn start_with_log(size: u64, extra_args: &[&str], log_filter: &str) -> Cluster {
         let root = tempfile::tempdir().unwrap();
         let base = free_ports(size as u16);
         let addresses: Vec<(u64, String)> = (1..=size)
@@ -56,6 +61,7 @@ impl Cluster {
         for (id, address) in &addresses {
             let mut replica = Replica::new(*id, address, root.path(), &initial_cluster);
             replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
+            replica.log_filter = log_filter.to_string();
             replica.start();
             replicas.push(replica);
         }
@@ -92,7 +98,10 @@ impl Cluster {
     }
 
     pub fn node_ids(&self) -> Vec<u64> {
-        self.replicas.iter().map(|replica| replica.node_id).collect()
+        self.replicas
+            .iter()
+            .map(|replica| replica.node_id)
+            .collect()
     }
 
     /// URIs of the given replicas.
@@ -266,7 +275,10 @@ pub fn phase_of(sandbox: &v1::Sandbox) -> v1::SandboxPhase {
 }
 
 pub fn id_of(sandbox: &v1::Sandbox) -> String {
-    sandbox.metadata.as_ref().map_or(String::new(), |meta| meta.id.clone())
+    sandbox
+        .metadata
+        .as_ref()
+        .map_or(String::new(), |meta| meta.id.clone())
 }
 
 pub fn generation_of(sandbox: &v1::Sandbox) -> u64 {
@@ -583,7 +595,10 @@ async fn create(
             )
             .await;
             let ours = existing.filter(|sandbox| {
-                sandbox.metadata.as_ref().and_then(|meta| meta.labels.get(REQUEST_LABEL))
+                sandbox
+                    .metadata
+                    .as_ref()
+                    .and_then(|meta| meta.labels.get(REQUEST_LABEL))
                     == Some(&request.request_id)
             });
             let Some(ours) = ours else {
@@ -638,7 +653,11 @@ pub async fn verify_acknowledged(
         match (sandbox.expected, found) {
             (Expected::Deleted, None) => {}
             (Expected::Deleted, Some(found)) => {
-                panic!("{} was deleted, yet it is {:?}", sandbox.name, phase_of(found))
+                panic!(
+                    "{} was deleted, yet it is {:?}",
+                    sandbox.name,
+                    phase_of(found)
+                )
             }
             (expected, None) => panic!("{} ({expected:?}) is lost", sandbox.name),
             (Expected::Ready, Some(found)) => assert_eq!(
@@ -755,7 +774,11 @@ pub fn kill_executions(driver_dir: &Path) {
 /// The generations the process driver keeps a directory for, by sandbox.
 pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
     let mut dirs = BTreeMap::new();
-    for sandbox in std::fs::read_dir(driver_dir).into_iter().flatten().flatten() {
+    for sandbox in std::fs::read_dir(driver_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         if !sandbox.path().is_dir() {
             continue;
         }

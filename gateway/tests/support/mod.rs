@@ -92,7 +92,11 @@ impl Replica {
         if !self.initial_cluster.is_empty() {
             command.args(["--initial-cluster", &self.initial_cluster]);
         }
-        if !self.extra_args.iter().any(|arg| arg == "--stop-grace-seconds") {
+        if !self
+            .extra_args
+            .iter()
+            .any(|arg| arg == "--stop-grace-seconds")
+        {
             command.args(["--stop-grace-seconds", "2"]);
         }
         let child = command
