@@ -184,7 +184,7 @@ impl Client {
                         self.preferred = at;
                         return Ok(response.into_inner());
                     }
-                    Err(status) if status.code() == tonic::Code::Unavailable => {
+                    Err(status) if is_retryable(&status) => {
                         if reason_of(&status).is_none() {
                             // A transport failure: reconnect next time.
                             self.channels[at] = None;
@@ -206,5 +206,24 @@ impl Client {
             }
             tokio::time::sleep(FAILOVER_BACKOFF).await;
         }
+    }
+}
+
+/// True for an answer after which retrying (at any replica) is safe and
+/// useful: UNAVAILABLE from a replica (no leader, leadership changed,
+/// outcome not known yet, shutting down), and transport failures, which
+/// carry no ErrorInfo: the connection could not be made, or it broke while
+/// the request was in flight (a replica killed or restarted). tonic reports
+/// a broken connection as UNAVAILABLE, UNKNOWN ("transport error"),
+/// INTERNAL (an h2 protocol error) or CANCELLED ("operation was
+/// canceled"). This call's own deadline (CANCELLED, "Timeout expired") is
+/// not retried: its time is up.
+fn is_retryable(status: &tonic::Status) -> bool {
+    match status.code() {
+        tonic::Code::Unavailable => true,
+        tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => {
+            reason_of(status).is_none() && status.message() != tonic::TimeoutExpired(()).to_string()
+        }
+        _ => false,
     }
 }

@@ -27,13 +27,14 @@
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use openraft::LinearizerOption;
 use openraft::error::ClientWriteError;
 use openraft::impls::ProgressResponder;
 use palisade_lifecycle::{Command, LaunchResult, OperationKind, SandboxPhase};
+use palisade_raft::hooks::{FaultPoint, FaultPoints};
 use palisade_raft::{NodeId, Raft, StateHandle};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -85,6 +86,10 @@ pub struct Executor {
     /// The running executor's stop signal; `Mutex` because the leader-change
     /// callbacks are plain `Fn` closures.
     running: Mutex<Option<watch::Sender<bool>>>,
+    /// Test and chaos hook ([`palisade_raft::hooks`]), awaited after a
+    /// `Begin*` entry committed (before the effect) and after the effect
+    /// (before `Complete*` is proposed). Unset in production.
+    fault_points: OnceLock<Arc<dyn FaultPoints>>,
 }
 
 impl Executor {
@@ -104,7 +109,20 @@ impl Executor {
             driver,
             config,
             running: Mutex::new(None),
+            fault_points: OnceLock::new(),
         })
+    }
+
+    /// Installs the fault points (tests and the chaos harness); call before
+    /// [`Executor::lead`]. A second call is ignored.
+    pub fn set_fault_points(&self, fault_points: Arc<dyn FaultPoints>) {
+        let _ = self.fault_points.set(fault_points);
+    }
+
+    async fn fault_point(&self, point: FaultPoint) {
+        if let Some(fault_points) = self.fault_points.get() {
+            fault_points.at(self.node_id, point).await;
+        }
     }
 
     /// Starts executing for leadership in `term`.
@@ -157,6 +175,10 @@ impl Executor {
     /// and wait (at most one lease) for a quorum to acknowledge it. A newer
     /// term seen meanwhile makes this node step down and this return false.
     async fn confirm_leadership(&self, term: u64) -> bool {
+        // Planted bug (b), test-only: no term fence (see `crate::planted`).
+        if crate::planted::skip_term_fence() {
+            return true;
+        }
         if !self.still_leads(term) {
             return false;
         }
@@ -293,6 +315,15 @@ impl Executor {
 
     /// Performs one effect and proposes its completion.
     async fn perform(&self, term: u64, work: Work) -> Retry {
+        if let Some(kind) = work.kind {
+            self.fault_point(FaultPoint::BeginCommitted {
+                sandbox_id: work.sandbox_id.clone(),
+                operation: format!("{kind:?}"),
+                generation: work.generation,
+                term,
+            })
+            .await;
+        }
         if work.kind.is_none() {
             // An inspection changes nothing; its completion is fenced.
             if !self.still_leads(term) {
@@ -410,6 +441,29 @@ impl Executor {
     /// Proposes a completion, fenced by `term`.
     async fn complete(&self, term: u64, command: Command) -> Retry {
         let name = command.name();
+        let effect_done = match &command {
+            Command::CompleteLaunch {
+                sandbox_id,
+                generation,
+                ..
+            }
+            | Command::CompleteStop {
+                sandbox_id,
+                generation,
+                ..
+            } => Some((sandbox_id.clone(), *generation)),
+            Command::CompleteDelete { sandbox_id } => Some((sandbox_id.clone(), 0)),
+            _ => None,
+        };
+        if let Some((sandbox_id, generation)) = effect_done {
+            self.fault_point(FaultPoint::EffectDone {
+                sandbox_id,
+                operation: name.to_string(),
+                generation,
+                term,
+            })
+            .await;
+        }
         if !self.confirm_leadership(term).await {
             info!(
                 term,
@@ -420,13 +474,14 @@ impl Executor {
         }
         debug!(term, command = name, "proposing completion");
         let (responder, response) = ProgressResponder::complete_only();
-        if let Err(fatal) = self
-            .raft
-            .write(command)
-            .with_leader(term)
-            .responder(responder)
-            .await
-        {
+        let write = self.raft.write(command);
+        // Planted bug (b), test-only: no term fence (see `crate::planted`).
+        let write = if crate::planted::skip_term_fence() {
+            write
+        } else {
+            write.with_leader(term)
+        };
+        if let Err(fatal) = write.responder(responder).await {
             warn!(%fatal, "raft stopped; completion not proposed");
             return Retry::No;
         }

@@ -9,6 +9,8 @@
 //!   waiting for the applied state.
 //! - [`service`]: `palisade.v1.Palisade` handlers; validation at the edge.
 //! - [`admin`]: `palisade.v1.ClusterAdmin`: cluster view and membership.
+//! - [`projection`]: the optional PostgreSQL read projection
+//!   (`--postgres-url`).
 //! - [`executor`]: turns committed operations into driver calls, fenced by
 //!   term.
 //! - [`driver`]: the compute driver trait and the `process` driver.
@@ -17,6 +19,8 @@
 //! - [`convert`]: core types <-> API messages.
 //! - [`client`]: the multi-endpoint client the CLI uses.
 //! - [`cli`], [`serve`], [`up`]: the command line.
+//! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled
+//!   in only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
 
 pub mod admin;
@@ -27,6 +31,8 @@ pub mod driver;
 pub mod errors;
 pub mod executor;
 pub mod node;
+pub mod planted;
+pub mod projection;
 pub mod replica;
 pub mod serve;
 pub mod service;

@@ -29,13 +29,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use palisade_proto::v1::cluster_admin_server::ClusterAdminServer;
 use palisade_proto::v1::palisade_server::PalisadeServer;
+use palisade_raft::hooks::{FaultPoints, LinkFaults};
 use palisade_raft::network::PeerClients;
 use palisade_raft::peer_service::PeerService;
 use palisade_raft::{LifecycleStateMachine, Node, NodeId, Raft, TypeConfig};
 use palisade_storage::LogStore;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::codegen::{BoxFuture, Service, http};
 use tonic::server::NamedService;
 use tracing::{info, warn};
@@ -90,6 +90,8 @@ pub struct NodeConfig {
     pub timeouts: ReplicaTimeouts,
     /// How long shutdown waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
+    pub postgres_url: Option<String>,
 }
 
 /// Builds the openraft config from the timing.
@@ -139,6 +141,20 @@ fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> anyhow::Result
     Ok(())
 }
 
+/// Fault-injection hooks a replica can run with, for tests and the chaos
+/// harness (see [`palisade_raft::hooks`]). `NodeHooks::default()` installs
+/// none: that is what [`run`] and [`run_with_listener`] use.
+#[derive(Clone, Default)]
+pub struct NodeHooks {
+    /// Consulted by the peer transport before each message.
+    pub link_faults: Option<Arc<dyn LinkFaults>>,
+    /// Awaited at the fault points inside requests (executor, snapshot
+    /// install, forwarding).
+    pub fault_points: Option<Arc<dyn FaultPoints>>,
+    /// Called once, with the replica's handles, just before it serves.
+    pub on_started: Option<Arc<dyn Fn(RunningNode) + Send + Sync>>,
+}
+
 /// A running replica's handles, for tests and the chaos harness.
 pub struct RunningNode {
     /// The replica.
@@ -166,15 +182,33 @@ pub async fn run_with_listener(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_with_hooks(config, driver, listener, NodeHooks::default(), shutdown).await
+}
+
+/// Like [`run_with_listener`], with fault-injection hooks (tests and the
+/// chaos harness).
+pub async fn run_with_hooks(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    listener: TcpListener,
+    hooks: NodeHooks,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let node_id = config.node_id;
     claim_data_dir(&config.data_dir, node_id)?;
     let log_store = LogStore::<TypeConfig>::open(config.data_dir.join("raft-log"))
         .with_context(|| format!("cannot open the Raft log in {}", config.data_dir.display()))?;
-    let state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
+    // Projection: the projector reads the log through its own reader.
+    let log_reader = log_store.reader();
+    let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
         .context("cannot open the snapshot store")?;
+    if let Some(fault_points) = &hooks.fault_points {
+        state_machine = state_machine.with_fault_points(node_id, fault_points.clone());
+    }
     let state = state_machine.handle();
     let raft_config = Arc::new(raft_config(&config.timing)?);
-    let peers = PeerClients::new(node_id);
+    let peers =
+        PeerClients::new(node_id).with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone());
     let network = peers.network_factory();
     let raft: Raft = openraft::Raft::new(node_id, raft_config, network, log_store, state_machine)
         .await
@@ -191,6 +225,9 @@ pub async fn run_with_listener(
         driver,
         config.executor,
     );
+    if let Some(fault_points) = &hooks.fault_points {
+        executor.set_fault_points(fault_points.clone());
+    }
     let on_lead = executor.clone();
     let on_step_down = executor.clone();
     let _leader_watch = raft.on_leader_change(
@@ -204,6 +241,19 @@ pub async fn run_with_listener(
         },
     );
 
+    // --- PostgreSQL projection (only with --postgres-url) ---
+    let projection = match &config.postgres_url {
+        Some(url) => Some(crate::projection::start(
+            node_id,
+            url,
+            &raft,
+            state.clone(),
+            log_reader,
+        )?),
+        None => None,
+    };
+    // --- end projection ---
+
     let replica = Replica {
         node_id,
         raft: raft.clone(),
@@ -211,6 +261,12 @@ pub async fn run_with_listener(
         peers,
         timeouts: config.timeouts,
     };
+    if let Some(on_started) = &hooks.on_started {
+        on_started(RunningNode {
+            replica: replica.clone(),
+            executor: executor.clone(),
+        });
+    }
     let service = PalisadeService::new(replica.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -226,15 +282,24 @@ pub async fn run_with_listener(
         .add_service(gate.guard(PalisadeServer::new(service)))
         .add_service(ClusterAdminServer::new(AdminService::new(replica.clone())))
         .add_service(PeerService::new(raft.clone()).into_server())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-            let _ = drain_rx.await;
-        });
+        // TCP_NODELAY on every accepted connection: without it a small
+        // answer (a read, a Raft append acknowledgement) waits for the
+        // client's delayed ACK (Nagle), ~40 ms on Linux.
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = drain_rx.await;
+            },
+        );
     let mut server = tokio::spawn(server);
 
     tokio::select! {
         () = shutdown => {}
         result = &mut server => {
             executor.step_down();
+            if let Some(projection) = projection {
+                projection.stop().await;
+            }
             raft.shutdown().await.ok();
             return result.context("server task failed")?.context("gRPC server failed");
         }
@@ -263,6 +328,9 @@ pub async fn run_with_listener(
         server.abort();
     }
     executor.step_down();
+    if let Some(projection) = projection {
+        projection.stop().await;
+    }
     if let Err(error) = raft.shutdown().await {
         warn!(%error, "raft shutdown failed");
     }

@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 10)]
     pub drain_seconds: u64,
+    /// Keep a read projection in PostgreSQL (postgres://USER:PASSWORD@HOST:PORT/DATABASE;
+    /// all replicas of a cluster use the same database, the leader writes it). Without it
+    /// there is no projection and no PostgreSQL is needed.
+    #[arg(long, env = "PALISADE_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
 }
 
 /// The compute drivers `palisade gateway run --driver` offers.
@@ -200,6 +205,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         timeouts: ReplicaTimeouts::default(),
         drain_timeout: Duration::from_secs(args.drain_seconds),
+        postgres_url: args.postgres_url.clone(),
     };
     crate::node::run(config, driver, shutdown_signal()).await
 }

@@ -483,14 +483,20 @@ impl Palisade for PalisadeService {
         // Deleted means gone from the state: the driver confirmed absence of
         // every execution, then one entry removed the sandbox, its name and
         // its owned records.
-        match self.run_operation(command, &meta, request.no_wait).await? {
+        // Planted bug (c), test-only: answer "deleted" once the delete is
+        // committed, before any cleanup (see `crate::planted`).
+        let acknowledge_early = crate::planted::ack_delete_before_cleanup();
+        match self
+            .run_operation(command, &meta, request.no_wait || acknowledge_early)
+            .await?
+        {
             Settled::Gone { sandbox_id } => Ok(Response::new(v1::DeleteSandboxResponse {
                 id: sandbox_id,
                 deleted: true,
             })),
             Settled::Sandbox(sandbox) => Ok(Response::new(v1::DeleteSandboxResponse {
                 id: sandbox.id.clone(),
-                deleted: false,
+                deleted: acknowledge_early,
             })),
         }
     }
@@ -523,10 +529,15 @@ impl Palisade for PalisadeService {
                         .sandboxes
                         .values()
                         .filter(|sandbox| watch_matches(&request, &workspace, sandbox))
+                        // The listing is the state at `index`: a watcher that
+                        // resumes from an event of it must get the changes
+                        // after `index`, not again those before it (a sandbox
+                        // deleted after another's last change, say). The
+                        // sandbox's own version stays in its metadata.
                         .map(|sandbox| v1::SandboxEvent {
                             r#type: v1::SandboxEventType::Added as i32,
                             sandbox: Some(sandbox_to_proto(sandbox, cluster)),
-                            resource_version: sandbox.resource_version,
+                            resource_version: index,
                         })
                         .collect();
                     (index, events)

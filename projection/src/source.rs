@@ -17,6 +17,8 @@ use tokio::sync::watch;
 use crate::error::ProjectionError;
 
 /// What a committed log entry carries, as far as the projection cares.
+// Nearly every entry is a command: boxing it would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
     /// A lifecycle command.

@@ -378,5 +378,5 @@ impl Workload {
 /// are projected too.
 fn self_rarely(sandbox: &palisade_lifecycle::Sandbox) -> bool {
     // Deterministic in the sandbox, so the choice needs no extra randomness.
-    sandbox.resource_version % 7 == 0
+    sandbox.resource_version.is_multiple_of(7)
 }

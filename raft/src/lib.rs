@@ -17,8 +17,11 @@
 //!   shared read handle the gateway reads state through.
 //! - [`network`]: the client side of the peer transport.
 //! - [`peer_service`]: the server side (`palisade.peer.v1.RaftPeer`).
+//! - [`hooks`]: fault-injection hooks for tests and the chaos harness
+//!   (link faults in the transport, fault points inside requests).
 #![deny(missing_docs)]
 
+pub mod hooks;
 pub mod network;
 pub mod peer_service;
 pub mod state_machine;

@@ -15,6 +15,10 @@
 //! - [`PeerClient`]: openraft's [`RaftNetworkV2`] for one target node.
 //! - [`PeerClients::forward_write`] and [`ForwardError`]: a follower's way to
 //!   hand a client write to the leader.
+//! - [`PeerClients::with_hooks`]: the fault-injection hooks of tests and the
+//!   chaos harness ([`crate::hooks`]): a link-fault verdict before every
+//!   message, a fault point before every forwarded write. Absent in
+//!   production.
 //! - The wire contract shared with [`peer_service`](crate::peer_service):
 //!   what each `payload` holds and the limits both sides enforce.
 //!
@@ -49,6 +53,7 @@
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -74,6 +79,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::hooks::{FaultPoint, FaultPoints, LinkFaults, LinkVerdict, PeerRpc};
 use crate::types::{Node, NodeId, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Largest piece of snapshot data sent in one `SnapshotChunk`. openraft's
@@ -195,6 +201,10 @@ struct Shared {
     /// ids ever seen in the membership (an entry is replaced, not added, when
     /// a node's address changes).
     channels: Mutex<HashMap<NodeId, CachedChannel>>,
+    /// Test and chaos hooks ([`crate::hooks`]); `None` in production.
+    link_faults: Option<Arc<dyn LinkFaults>>,
+    /// Test and chaos hooks ([`crate::hooks`]); `None` in production.
+    fault_points: Option<Arc<dyn FaultPoints>>,
 }
 
 #[derive(Debug)]
@@ -211,8 +221,34 @@ impl PeerClients {
             shared: Arc::new(Shared {
                 node_id,
                 channels: Mutex::new(HashMap::new()),
+                link_faults: None,
+                fault_points: None,
             }),
         }
+    }
+
+    /// The same connections with fault-injection hooks, for tests and the
+    /// chaos harness: `link_faults` decides the fate of every outgoing
+    /// message, `fault_points` is awaited before every forwarded write.
+    /// Call it right after [`PeerClients::new`], before any clone is made.
+    pub fn with_hooks(
+        self,
+        link_faults: Option<Arc<dyn LinkFaults>>,
+        fault_points: Option<Arc<dyn FaultPoints>>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                node_id: self.shared.node_id,
+                channels: Mutex::new(HashMap::new()),
+                link_faults,
+                fault_points,
+            }),
+        }
+    }
+
+    /// The link-fault verdict for a message to `to` (deliver, without hooks).
+    fn verdict(&self, to: NodeId, rpc: PeerRpc) -> LinkVerdict {
+        link_verdict(self.shared.link_faults.as_ref(), self.node_id(), to, rpc)
     }
 
     /// This replica's node id.
@@ -281,7 +317,36 @@ impl PeerClients {
             addr: leader_addr.to_owned(),
             reason,
         };
+        if let Some(fault_points) = &self.shared.fault_points {
+            let point = FaultPoint::Forwarding {
+                leader,
+                command: command.name(),
+            };
+            fault_points.at(self.node_id(), point).await;
+        }
         let mut client = self.rpc_client(leader, leader_addr).map_err(unreachable)?;
+        let verdict = self.verdict(leader, PeerRpc::ForwardWrite);
+        match verdict {
+            LinkVerdict::Drop => {
+                return Err(ForwardError::NotDelivered {
+                    target: leader,
+                    addr: leader_addr.to_owned(),
+                    reason: "link fault: message dropped".into(),
+                });
+            }
+            LinkVerdict::Delay(delay) => tokio::time::sleep(delay.min(timeout)).await,
+            LinkVerdict::Duplicate => {
+                let mut duplicate = tonic::Request::new(PeerMessage {
+                    from_node: self.node_id(),
+                    to_node: leader,
+                    payload: encode(&command),
+                });
+                duplicate.set_timeout(timeout);
+                let mut copy = client.clone();
+                let _ = tokio::time::timeout(timeout, copy.forward_write(duplicate)).await;
+            }
+            LinkVerdict::Deliver | LinkVerdict::DropReply => {}
+        }
         let mut request = tonic::Request::new(PeerMessage {
             from_node: self.node_id(),
             to_node: leader,
@@ -322,6 +387,9 @@ impl PeerClients {
             }
             Ok(Ok(response)) => response.into_inner(),
         };
+        if verdict == LinkVerdict::DropReply {
+            return Err(unreachable("link fault: the answer was lost".into()));
+        }
         if reply.from_node != leader {
             return Err(ForwardError::Refused {
                 target: leader,
@@ -382,6 +450,12 @@ impl PeerClients {
             reason,
         };
         let mut client = self.rpc_client(leader, leader_addr).map_err(unreachable)?;
+        let verdict = self.verdict(leader, PeerRpc::ReadIndex);
+        match verdict {
+            LinkVerdict::Drop => return Err(unreachable("link fault: message dropped".into())),
+            LinkVerdict::Delay(delay) => tokio::time::sleep(delay.min(timeout)).await,
+            _ => {}
+        }
         let mut request = tonic::Request::new(PeerMessage {
             from_node: self.node_id(),
             to_node: leader,
@@ -398,6 +472,9 @@ impl PeerClients {
             Ok(Err(status)) => return Err(unreachable(describe_status(&status))),
             Ok(Ok(response)) => response.into_inner(),
         };
+        if verdict == LinkVerdict::DropReply {
+            return Err(unreachable("link fault: the answer was lost".into()));
+        }
         if reply.from_node != leader {
             return Err(ForwardError::Refused {
                 target: leader,
@@ -602,8 +679,19 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
                 addr: node.addr.clone(),
             },
             client,
+            link_faults: self.clients.shared.link_faults.clone(),
         }
     }
+}
+
+/// The verdict of `link_faults` (deliver, without hooks).
+fn link_verdict(
+    link_faults: Option<&Arc<dyn LinkFaults>>,
+    from: NodeId,
+    to: NodeId,
+    rpc: PeerRpc,
+) -> LinkVerdict {
+    link_faults.map_or(LinkVerdict::Deliver, |faults| faults.verdict(from, to, rpc))
 }
 
 /// Sends openraft's messages to one target node.
@@ -614,6 +702,8 @@ pub struct PeerClient {
     /// as `Unreachable` with that reason (openraft cannot take an error from
     /// `new_client`).
     client: Result<RaftPeerClient<Channel>, String>,
+    /// Test and chaos hooks ([`crate::hooks`]); `None` in production.
+    link_faults: Option<Arc<dyn LinkFaults>>,
 }
 
 /// Who talks to whom; builds the errors openraft expects.
@@ -765,6 +855,44 @@ impl PeerClient {
             .map_err(|reason| self.peer.unreachable(reason))
     }
 
+    /// Applies the link-fault verdict for one message: a drop is an error
+    /// (unreachable), a delay is slept here (a delay past `deadline` is a
+    /// timeout); other verdicts are returned for the caller to apply.
+    async fn verdict(
+        &self,
+        rpc: PeerRpc,
+        deadline: Duration,
+    ) -> Result<LinkVerdict, RPCError<TypeConfig>> {
+        let verdict = link_verdict(
+            self.link_faults.as_ref(),
+            self.peer.local,
+            self.peer.target,
+            rpc,
+        );
+        match verdict {
+            LinkVerdict::Drop => Err(RPCError::Unreachable(
+                self.peer.unreachable("link fault: message dropped"),
+            )),
+            LinkVerdict::Delay(delay) if delay >= deadline => {
+                tokio::time::sleep(deadline).await;
+                Err(RPCError::Timeout(self.peer.timeout(
+                    match rpc {
+                        PeerRpc::Vote => RPCTypes::Vote,
+                        PeerRpc::TransferLeader => RPCTypes::TransferLeader,
+                        PeerRpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+                        _ => RPCTypes::AppendEntries,
+                    },
+                    deadline,
+                )))
+            }
+            LinkVerdict::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                Ok(LinkVerdict::Deliver)
+            }
+            other => Ok(other),
+        }
+    }
+
     /// One unary RPC within `deadline`: the request carries it as
     /// `grpc-timeout` so the receiver abandons the work too, and a local
     /// timer guarantees the answer (or a `Timeout`) comes back in time.
@@ -777,13 +905,30 @@ impl PeerClient {
     ) -> Result<Reply, RPCError<TypeConfig>>
     where
         Reply: DeserializeOwned,
-        Call: FnOnce(RaftPeerClient<Channel>, tonic::Request<PeerMessage>) -> Fut,
+        Call: Fn(RaftPeerClient<Channel>, tonic::Request<PeerMessage>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<PeerMessage>, Status>>,
     {
         let client = self.client()?;
+        let rpc = match action {
+            RPCTypes::Vote => PeerRpc::Vote,
+            RPCTypes::TransferLeader => PeerRpc::TransferLeader,
+            _ => PeerRpc::AppendEntries,
+        };
+        let verdict = self.verdict(rpc, deadline).await?;
+        if verdict == LinkVerdict::Duplicate {
+            let mut duplicate = tonic::Request::new(self.peer.message(payload.clone()));
+            duplicate.set_timeout(deadline);
+            let _ = tokio::time::timeout(deadline, call(client.clone(), duplicate)).await;
+        }
         let mut request = tonic::Request::new(self.peer.message(payload));
         request.set_timeout(deadline);
-        match tokio::time::timeout(deadline, call(client, request)).await {
+        let answer = tokio::time::timeout(deadline, call(client, request)).await;
+        if verdict == LinkVerdict::DropReply {
+            return Err(RPCError::Unreachable(
+                self.peer.unreachable("link fault: the answer was lost"),
+            ));
+        }
+        match answer {
             Err(_elapsed) => Err(RPCError::Timeout(self.peer.timeout(action, deadline))),
             Ok(Err(status)) => Err(self.peer.status_error(action, deadline, &status)),
             Ok(Ok(response)) => self.peer.open(response.get_ref()),
@@ -827,6 +972,13 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         Box::pin(async move {
             let deadline = option.soft_ttl();
             let mut client = self.client()?;
+            if let LinkVerdict::Drop | LinkVerdict::DropReply =
+                self.verdict(PeerRpc::StreamAppend, deadline).await?
+            {
+                return Err(RPCError::Unreachable(
+                    self.peer.unreachable("link fault: stream cut"),
+                ));
+            }
 
             // The request side counts what it hands to the transport, so the
             // response side knows when an answer is owed (and its deadline
@@ -835,17 +987,39 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             let progress_tx = Arc::new(progress_tx);
             let counter = Arc::clone(&progress_tx);
             let peer = self.peer.clone();
-            let requests = input
-                .map(move |request| {
-                    counter.send_modify(|progress| progress.sent += 1);
-                    peer.message(encode(&request))
+            // Link faults (tests and chaos only): each request may be delayed,
+            // or cut the stream (it and every later one are not sent, and the
+            // response side reports the peer unreachable).
+            let gate = Arc::new(StreamGate {
+                link_faults: self.link_faults.clone(),
+                local: self.peer.local,
+                target: self.peer.target,
+                cut: AtomicBool::new(false),
+                progress: Arc::clone(&progress_tx),
+            });
+            let judge = Arc::clone(&gate);
+            let judged = input.then(move |request| {
+                let verdict = judge.verdict();
+                async move {
+                    if let LinkVerdict::Delay(delay) = verdict {
+                        tokio::time::sleep(delay).await;
+                    }
+                    (verdict, request)
+                }
+            });
+            let requests = tokio_stream::StreamExt::map_while(judged, move |(verdict, request)| {
+                gate.admit(verdict, request)
+            })
+            .map(move |request| {
+                counter.send_modify(|progress| progress.sent += 1);
+                peer.message(encode(&request))
+            })
+            .chain(
+                futures::stream::once(async move {
+                    progress_tx.send_modify(|progress| progress.input_done = true);
                 })
-                .chain(
-                    futures::stream::once(async move {
-                        progress_tx.send_modify(|progress| progress.input_done = true);
-                    })
-                    .filter_map(|()| futures::future::ready(None)),
-                );
+                .filter_map(|()| futures::future::ready(None)),
+            );
 
             let setup = client.stream_append(tonic::Request::new(requests));
             let responses = match tokio::time::timeout(deadline, setup).await {
@@ -943,6 +1117,15 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 size.clamp(1, SNAPSHOT_CHUNK_BYTES_MAX)
             });
         let mut client = self.client()?;
+        if let LinkVerdict::Drop | LinkVerdict::DropReply = self
+            .verdict(PeerRpc::InstallSnapshot, deadline)
+            .await
+            .map_err(StreamingError::from)?
+        {
+            return Err(StreamingError::Unreachable(
+                self.peer.unreachable("link fault: snapshot cut"),
+            ));
+        }
 
         let header = encode(&SnapshotHeader {
             vote,
@@ -1036,6 +1219,40 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     }
 }
 
+/// Applies link faults to the requests of one `StreamAppend` (tests and
+/// chaos only): a request may cut the stream — it and every later one are
+/// not sent, and the response side reports the peer unreachable.
+struct StreamGate {
+    link_faults: Option<Arc<dyn LinkFaults>>,
+    local: NodeId,
+    target: NodeId,
+    cut: AtomicBool,
+    progress: Arc<watch::Sender<RequestProgress>>,
+}
+
+impl StreamGate {
+    fn verdict(&self) -> LinkVerdict {
+        link_verdict(
+            self.link_faults.as_ref(),
+            self.local,
+            self.target,
+            PeerRpc::StreamAppend,
+        )
+    }
+
+    /// The request, unless the stream is cut (by this verdict or before).
+    fn admit<T>(&self, verdict: LinkVerdict, request: T) -> Option<T> {
+        if matches!(verdict, LinkVerdict::Drop | LinkVerdict::DropReply)
+            || self.cut.load(Ordering::Relaxed)
+        {
+            self.cut.store(true, Ordering::Relaxed);
+            self.progress.send_modify(|progress| progress.cut = true);
+            return None;
+        }
+        Some(request)
+    }
+}
+
 /// A snapshot chunk could not be handed to the transport in time.
 struct SendStalled;
 
@@ -1044,6 +1261,8 @@ struct SendStalled;
 struct RequestProgress {
     sent: u64,
     input_done: bool,
+    /// A link fault cut the stream (tests and chaos only).
+    cut: bool,
 }
 
 /// The response side of a `StreamAppend`, with its progress deadline.
@@ -1079,6 +1298,9 @@ impl AppendResponses {
                     Err(error) => Err(error),
                 }
             }
+            Ok(None) if self.progress.borrow().cut => Err(RPCError::Unreachable(
+                self.peer.unreachable("link fault: stream cut"),
+            )),
             Ok(None) => {
                 let unanswered = self.progress.borrow().sent.saturating_sub(self.answered);
                 if unanswered == 0 {

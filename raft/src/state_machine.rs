@@ -22,7 +22,10 @@ use palisade_storage::SnapshotFiles;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::types::{LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::hooks::{FaultPoint, FaultPoints};
+use crate::types::{
+    LogId, NodeId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
 
 /// Everything the state machine holds: the lifecycle state plus the Raft
 /// bookkeeping that must move with it atomically.
@@ -153,6 +156,9 @@ impl StateHandle {
 pub struct LifecycleStateMachine {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
+    /// Test and chaos hook, awaited before a snapshot is installed
+    /// ([`crate::hooks`]); `None` in production.
+    fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
 }
 
 impl LifecycleStateMachine {
@@ -193,7 +199,19 @@ impl LifecycleStateMachine {
                 applied_index,
             }),
             snapshots: Arc::new(snapshots),
+            fault_points: None,
         })
+    }
+
+    /// Awaits `fault_points` (as node `node_id`) before installing each
+    /// snapshot. For tests and the chaos harness.
+    pub fn with_fault_points(
+        mut self,
+        node_id: NodeId,
+        fault_points: Arc<dyn FaultPoints>,
+    ) -> Self {
+        self.fault_points = Some((node_id, fault_points));
+        self
     }
 
     /// The read handle for the gateway.
@@ -375,6 +393,12 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             )
         })?;
         state.assert_invariants();
+        if let Some((node_id, fault_points)) = &self.fault_points {
+            let last_index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
+            fault_points
+                .at(*node_id, FaultPoint::SnapshotInstall { last_index })
+                .await;
+        }
         // Persist first: if we crash after the rename, the restart restores
         // this snapshot; before it, the old snapshot plus the log.
         let snapshots = self.snapshots.clone();

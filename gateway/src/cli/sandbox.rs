@@ -201,6 +201,9 @@ pub enum SandboxCommand {
         /// Every sandbox of the workspace (through all pages).
         #[arg(long)]
         all: bool,
+        /// With --all: how many sandboxes each list request returns.
+        #[arg(long, default_value_t = DELETE_ALL_PAGE_SIZE, requires = "all")]
+        page_size: u32,
         /// With NAME: delete only if NAME still names this sandbox id.
         #[arg(long, requires = "name")]
         expected_id: Option<String>,
@@ -403,9 +406,10 @@ pub async fn run(
             expected_execution,
             request_id,
             no_wait,
+            page_size,
         } => {
             if all {
-                return delete_all(client, workspace, output, no_wait).await;
+                return delete_all(client, workspace, output, no_wait, page_size).await;
             }
             let reference = match (&name, &id) {
                 (_, Some(id)) => Some(v1::SandboxRef {
@@ -509,18 +513,21 @@ async fn list_all(
 
 /// How many deletes `--all` runs at once.
 const DELETE_ALL_CONCURRENCY: usize = 16;
+/// Default page size of the listing behind `delete --all`.
+const DELETE_ALL_PAGE_SIZE: u32 = 500;
 
 async fn delete_all(
     client: &mut Client,
     workspace: &str,
     output: Output,
     no_wait: bool,
+    page_size: u32,
 ) -> anyhow::Result<()> {
     let filter = ListFilter {
         all_workspaces: false,
         phases: Vec::new(),
         selector: HashMap::new(),
-        page_size: 500,
+        page_size,
         consistency: 0,
     };
     let listed = list_all(client, workspace, &filter).await?;

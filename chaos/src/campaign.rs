@@ -1,0 +1,546 @@
+//! One campaign, end to end: start a cluster, run the workload while the
+//! nemesis injects faults, heal, let the cluster settle, read every name
+//! once more, collect the evidence, run the checks, and report.
+//!
+//! The report says what happened (operations ok / fail / unknown by call,
+//! faults injected by kind, driver and network faults, fault points
+//! reached, effects), what the checks found, and the seed to run it again.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver as _;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::ChaosError;
+use crate::checker::{self, Anomaly, CheckStats, Evidence, FinalSandbox, ReplicaState};
+use crate::clock::{Clock, seconds};
+use crate::cluster::{Cluster, ClusterConfig};
+use crate::history::{History, Phase};
+use crate::host::SharedHost;
+use crate::links::LinkTable;
+use crate::nemesis::{Nemesis, NemesisKind, nemesis_rng};
+use crate::points::Triggers;
+use crate::workload::{self, Endpoints, WorkloadConfig};
+
+/// How long the first leader election may take.
+pub const FIRST_LEADER_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How long the cluster may take, after healing, to finish every
+/// operation in flight.
+pub const SETTLE_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How long the replicas may take, after healing, to apply the same index.
+pub const CONVERGE_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Where the replicas run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// In this process (see [`crate::cluster`]).
+    InProcess,
+    /// As `palisade gateway run` processes (see [`crate::process`]).
+    Processes {
+        /// The `palisade` binary.
+        palisade: PathBuf,
+    },
+}
+
+/// What a campaign runs.
+#[derive(Debug, Clone)]
+pub struct CampaignConfig {
+    /// The seed of the schedule (operations and faults).
+    pub seed: u64,
+    /// Operations the workload issues.
+    pub operations: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Size of the pool of sandbox names.
+    pub names: usize,
+    /// Replicas.
+    pub replicas: u64,
+    /// Faults to inject.
+    pub nemeses: Vec<NemesisKind>,
+    /// Where the replicas run.
+    pub mode: Mode,
+}
+
+impl CampaignConfig {
+    /// The default campaign for `seed`: 300 operations, 5 clients on 6
+    /// names, 3 replicas, every nemesis, in process.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            operations: 300,
+            clients: 5,
+            names: 6,
+            replicas: 3,
+            nemeses: NemesisKind::ALL.to_vec(),
+            mode: Mode::InProcess,
+        }
+    }
+}
+
+/// Counts of operations by outcome.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcomes {
+    /// Acknowledged.
+    pub ok: usize,
+    /// Definitely refused.
+    pub fail: usize,
+    /// Outcome unknown.
+    pub unknown: usize,
+}
+
+/// What a campaign did and found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// `in-process` or `processes`.
+    pub mode: String,
+    /// Replicas.
+    pub replicas: u64,
+    /// Nemeses enabled.
+    pub nemeses: Vec<String>,
+    /// Operations by outcome (final reads included).
+    pub operations: Outcomes,
+    /// Operations by call and outcome.
+    pub by_call: BTreeMap<String, Outcomes>,
+    /// Replays compared with the original answer.
+    pub replays: usize,
+    /// Faults the nemesis injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Driver faults injected, by call and fault.
+    pub driver_faults: BTreeMap<String, u64>,
+    /// Peer messages affected, by fault.
+    pub messages: BTreeMap<String, u64>,
+    /// Fault points reached (armed or not).
+    pub points_reached: BTreeMap<String, u64>,
+    /// Checking figures.
+    pub checks: CheckStats,
+    /// Final applied index of the replicas (when they converged).
+    pub final_applied_index: Option<u64>,
+    /// What the checks found.
+    pub anomalies: Vec<Anomaly>,
+    /// Wall-clock duration, seconds.
+    pub duration_seconds: f64,
+}
+
+impl Report {
+    /// True when the checks found nothing.
+    pub fn is_clean(&self) -> bool {
+        self.anomalies.is_empty()
+    }
+}
+
+fn join_counts<T: std::fmt::Display>(counts: &BTreeMap<String, T>) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts
+        .iter()
+        .map(|(kind, count)| format!("{kind} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "palisade-chaos: seed {} ({} replicas, {}, nemeses: {})",
+            self.seed,
+            self.replicas,
+            self.mode,
+            if self.nemeses.is_empty() {
+                "none".to_string()
+            } else {
+                self.nemeses.join(",")
+            }
+        )?;
+        writeln!(
+            f,
+            "  operations: {} ok, {} fail, {} unknown; replays compared: {}",
+            self.operations.ok, self.operations.fail, self.operations.unknown, self.replays
+        )?;
+        for (call, outcomes) in &self.by_call {
+            writeln!(
+                f,
+                "    {call:<7} {} ok, {} fail, {} unknown",
+                outcomes.ok, outcomes.fail, outcomes.unknown
+            )?;
+        }
+        writeln!(f, "  faults injected: {}", join_counts(&self.faults))?;
+        writeln!(f, "  driver faults: {}", join_counts(&self.driver_faults))?;
+        writeln!(f, "  peer messages: {}", join_counts(&self.messages))?;
+        writeln!(
+            f,
+            "  fault points reached: {}",
+            join_counts(&self.points_reached)
+        )?;
+        let effects: BTreeMap<String, usize> = self.checks.effects.clone();
+        writeln!(f, "  driver effects: {}", join_counts(&effects))?;
+        writeln!(
+            f,
+            "  linearizability: {} names checked, {} inconclusive{}",
+            self.checks.names_checked,
+            self.checks.names_inconclusive.len(),
+            if self.checks.names_inconclusive.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.checks.names_inconclusive.join(", "))
+            }
+        )?;
+        match self.final_applied_index {
+            Some(index) => writeln!(f, "  replicas converged at applied index {index}")?,
+            None => writeln!(f, "  replicas did not converge")?,
+        }
+        writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        if self.anomalies.is_empty() {
+            writeln!(f, "  anomalies: none")?;
+        } else {
+            writeln!(f, "  anomalies: {}", self.anomalies.len())?;
+            for anomaly in &self.anomalies {
+                write!(f, "{anomaly}")?;
+            }
+            writeln!(
+                f,
+                "  re-run: palisade-chaos run --seed {} --ops <N> --nemesis {}",
+                self.seed,
+                self.nemeses.join(",")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs one campaign.
+pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError> {
+    if config.clients == 0 || config.names == 0 || config.replicas == 0 {
+        return Err(ChaosError::Config(
+            "clients, names and replicas must be at least 1".into(),
+        ));
+    }
+    match &config.mode {
+        Mode::InProcess => run_in_process(config).await,
+        Mode::Processes { palisade } => crate::process::run_campaign(config, palisade).await,
+    }
+}
+
+async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
+    let started = Instant::now();
+    let clock = Clock::new();
+    let history = Arc::new(History::new(clock.clone()));
+    let host = Arc::new(SharedHost::new(clock.clone()));
+    let links = Arc::new(LinkTable::new(config.seed ^ 0x6c69_6e6b));
+    let (triggers, fired) = Triggers::new();
+    let triggers = Arc::new(triggers);
+    let cluster = Arc::new(Cluster::start(
+        ClusterConfig::chaos(config.replicas),
+        host.clone(),
+        links.clone(),
+        triggers.clone(),
+    )?);
+    let result = drive(config, &cluster, &history, &host, &links, &triggers, fired).await;
+    cluster.shutdown().await;
+    let (faults, final_applied_index, evidence_parts) = result?;
+    let (operations, replays, fault_events, _dropped) = history.snapshot();
+    let (effects, _) = host.effects();
+    let evidence = Evidence {
+        operations,
+        replays,
+        faults: fault_events,
+        effects: Some(effects),
+        executions: Some(evidence_parts.executions),
+        final_sandboxes: Some(evidence_parts.sandboxes),
+        replicas: evidence_parts.replicas,
+    };
+    let (anomalies, checks) = checker::check(&evidence);
+    Ok(report(
+        config,
+        "in-process",
+        &evidence,
+        anomalies,
+        checks,
+        Counters {
+            faults,
+            driver_faults: host.faults(),
+            messages: links
+                .counts()
+                .into_iter()
+                .map(|(kind, count)| (kind.to_string(), count))
+                .collect(),
+            points_reached: triggers
+                .reached()
+                .into_iter()
+                .map(|(kind, count)| (kind.to_string(), count))
+                .collect(),
+        },
+        final_applied_index,
+        started.elapsed(),
+    ))
+}
+
+/// The end state, gathered after healing.
+pub(crate) struct EndState {
+    pub(crate) executions: BTreeMap<(String, u64), crate::host::HostExecution>,
+    pub(crate) sandboxes: BTreeMap<String, FinalSandbox>,
+    pub(crate) replicas: Result<Vec<ReplicaState>, String>,
+}
+
+/// Fault counters for a report.
+pub(crate) struct Counters {
+    pub(crate) faults: BTreeMap<String, u64>,
+    pub(crate) driver_faults: BTreeMap<String, u64>,
+    pub(crate) messages: BTreeMap<String, u64>,
+    pub(crate) points_reached: BTreeMap<String, u64>,
+}
+
+type Driven = (BTreeMap<String, u64>, Option<u64>, EndState);
+
+async fn drive(
+    config: &CampaignConfig,
+    cluster: &Arc<Cluster>,
+    history: &Arc<History>,
+    host: &Arc<SharedHost>,
+    links: &Arc<LinkTable>,
+    triggers: &Arc<Triggers>,
+    fired: tokio::sync::mpsc::Receiver<crate::points::Fired>,
+) -> Result<Driven, ChaosError> {
+    let leader = cluster.wait_for_leader(FIRST_LEADER_WAIT_MAX).await?;
+    // Execution tokens need the cluster identity the first leader writes.
+    wait_for_identity(cluster, leader).await?;
+
+    let endpoints = Endpoints::new(&cluster.endpoints())
+        .map_err(|error| ChaosError::Config(format!("bad endpoint: {error}")))?;
+    let workload_config =
+        WorkloadConfig::new(config.operations, config.clients, config.names, config.seed);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let nemesis = Nemesis {
+        cluster: cluster.clone(),
+        links: links.clone(),
+        triggers: triggers.clone(),
+        fired,
+        host: host.clone(),
+        history: history.clone(),
+        kinds: config.nemeses.clone(),
+        rng: nemesis_rng(config.seed),
+        counts: BTreeMap::new(),
+    };
+    let nemesis = tokio::spawn(nemesis.run(stop_rx));
+    workload::run(
+        workload_config.clone(),
+        endpoints.clone(),
+        history.clone(),
+        config.seed,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let faults = nemesis
+        .await
+        .map_err(|error| ChaosError::Config(format!("the nemesis task failed: {error}")))?;
+
+    // Settle: a leader, and no operation left in flight.
+    settle(cluster).await;
+    workload::final_reads(&workload_config, &endpoints, history, config.seed).await;
+    let (replicas, final_applied_index) = converge(cluster).await;
+    let leader = cluster
+        .leader()
+        .or_else(|| cluster.node_ids().first().copied());
+    let sandboxes = leader
+        .and_then(|leader| cluster.node(leader))
+        .map(|node| final_sandboxes(&node.replica.state))
+        .unwrap_or_default();
+    Ok((
+        faults,
+        final_applied_index,
+        EndState {
+            executions: host.executions(),
+            sandboxes,
+            replicas,
+        },
+    ))
+}
+
+async fn wait_for_identity(cluster: &Cluster, leader: u64) -> Result<(), ChaosError> {
+    let deadline = Instant::now() + FIRST_LEADER_WAIT_MAX;
+    loop {
+        let ready = cluster.node(leader).is_some_and(|node| {
+            node.replica
+                .state
+                .read(|applied| applied.state.cluster.is_some())
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(ChaosError::NoLeader(FIRST_LEADER_WAIT_MAX));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until a leader holds no operation in flight.
+async fn settle(cluster: &Cluster) {
+    let deadline = Instant::now() + SETTLE_WAIT_MAX;
+    while Instant::now() < deadline {
+        let idle = cluster
+            .leader()
+            .and_then(|leader| cluster.node(leader))
+            .is_some_and(|node| {
+                node.replica.state.read(|applied| {
+                    applied
+                        .state
+                        .sandboxes
+                        .values()
+                        .all(|sandbox| sandbox.operation.is_none())
+                })
+            });
+        if idle {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (bounded) until every replica applied the leader's commit index,
+/// and returns their states (or what they reported, if they did not get
+/// there) and the index.
+async fn converge(cluster: &Cluster) -> (Result<Vec<ReplicaState>, String>, Option<u64>) {
+    let deadline = Instant::now() + CONVERGE_WAIT_MAX;
+    loop {
+        let views = cluster.views();
+        let commit = cluster
+            .leader()
+            .and_then(|leader| cluster.raft(leader))
+            .and_then(|raft| {
+                raft.metrics()
+                    .borrow_watched()
+                    .local_committed
+                    .map(|id| id.index)
+            });
+        let states: Vec<ReplicaState> = views
+            .iter()
+            .map(|view| ReplicaState {
+                node_id: view.node_id,
+                applied_index: view.info.applied_index,
+                digest: view.info.state_digest.clone(),
+            })
+            .collect();
+        let all_here = views.len() as u64 == cluster.node_ids().len() as u64;
+        let equal = states
+            .windows(2)
+            .all(|pair| pair[0].applied_index == pair[1].applied_index);
+        let at_commit = commit.is_some_and(|commit| {
+            states
+                .first()
+                .is_some_and(|state| state.applied_index >= commit)
+        });
+        if all_here && equal && at_commit {
+            let index = states.first().map(|state| state.applied_index);
+            return (Ok(states), index);
+        }
+        if Instant::now() >= deadline {
+            let report = states
+                .iter()
+                .map(|state| format!("node {} at {}", state.node_id, state.applied_index))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return (
+                Err(format!(
+                    "replicas did not reach the same applied index within {CONVERGE_WAIT_MAX:?} after healing (leader commit {commit:?}): {report}"
+                )),
+                None,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn final_sandboxes(state: &palisade_raft::StateHandle) -> BTreeMap<String, FinalSandbox> {
+    state.read(|applied| {
+        applied
+            .state
+            .sandboxes
+            .values()
+            .map(|sandbox| {
+                let phase = match sandbox.phase {
+                    palisade_lifecycle::SandboxPhase::Provisioning => Phase::Provisioning,
+                    palisade_lifecycle::SandboxPhase::Ready => Phase::Ready,
+                    palisade_lifecycle::SandboxPhase::Stopping => Phase::Stopping,
+                    palisade_lifecycle::SandboxPhase::Stopped => Phase::Stopped,
+                    palisade_lifecycle::SandboxPhase::Starting => Phase::Starting,
+                    palisade_lifecycle::SandboxPhase::Deleting => Phase::Deleting,
+                    palisade_lifecycle::SandboxPhase::Error => Phase::Error,
+                    palisade_lifecycle::SandboxPhase::Completed => Phase::Completed,
+                    palisade_lifecycle::SandboxPhase::Unknown => Phase::Unknown,
+                };
+                (
+                    sandbox.id.clone(),
+                    FinalSandbox {
+                        name: sandbox.name.clone(),
+                        generation: sandbox.execution.generation,
+                        phase,
+                        operation_in_flight: sandbox.operation.is_some(),
+                    },
+                )
+            })
+            .collect()
+    })
+}
+
+/// Builds the report from the evidence and the checks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn report(
+    config: &CampaignConfig,
+    mode: &str,
+    evidence: &Evidence,
+    anomalies: Vec<Anomaly>,
+    checks: CheckStats,
+    counters: Counters,
+    final_applied_index: Option<u64>,
+    duration: Duration,
+) -> Report {
+    let mut operations = Outcomes::default();
+    let mut by_call: BTreeMap<String, Outcomes> = BTreeMap::new();
+    for operation in &evidence.operations {
+        let entry = by_call
+            .entry(operation.call.kind().to_string())
+            .or_default();
+        for outcomes in [&mut operations, entry] {
+            match operation.reply.class() {
+                "ok" => outcomes.ok += 1,
+                "fail" => outcomes.fail += 1,
+                _ => outcomes.unknown += 1,
+            }
+        }
+    }
+    Report {
+        seed: config.seed,
+        mode: mode.to_string(),
+        replicas: config.replicas,
+        nemeses: config
+            .nemeses
+            .iter()
+            .map(|kind| kind.name().to_string())
+            .collect(),
+        operations,
+        by_call,
+        replays: checks.replays_compared,
+        faults: counters.faults,
+        driver_faults: counters.driver_faults,
+        messages: counters.messages,
+        points_reached: counters.points_reached,
+        checks,
+        final_applied_index,
+        anomalies,
+        duration_seconds: duration.as_secs_f64(),
+    }
+}
+
+/// Formats a time on the campaign clock (re-exported for the CLI).
+pub fn at(us: u64) -> String {
+    seconds(us)
+}

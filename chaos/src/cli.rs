@@ -1,0 +1,226 @@
+//! The `palisade-chaos` command line (also reachable as `palisade chaos`,
+//! which runs this binary).
+//!
+//! ```text
+//! palisade-chaos run --seed 7 --ops 1000 --nemesis handoff,kill,pause,partition,driver
+//! palisade-chaos run --seeds 100 --ops 1000              # seeds 1..=100 (or from --seed)
+//! palisade-chaos run --mode process --palisade target/release/palisade --ops 200
+//! ```
+//!
+//! Exit codes: 0 no anomaly; 1 an anomaly was found (each is printed with
+//! the history excerpt that shows it, and the seed); 2 the harness could
+//! not run (bad flags, a replica that would not start).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::campaign::{CampaignConfig, Mode, Report, run_campaign};
+use crate::nemesis::NemesisKind;
+
+/// Chaos campaigns against Palisade: a real cluster, faults, a concurrent
+/// workload, and a history checker. Every run prints its seed; re-run a
+/// failing one with `--seed`.
+#[derive(Debug, Parser)]
+#[command(name = "palisade-chaos", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ChaosCommand,
+}
+
+/// Commands.
+#[derive(Debug, Subcommand)]
+pub enum ChaosCommand {
+    /// Run one campaign, or one per seed with --seeds.
+    Run(RunArgs),
+}
+
+/// Where the replicas run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Replicas inside this process (every nemesis; driver effects counted).
+    InProcess,
+    /// `palisade gateway run` processes with SIGKILL, SIGSTOP/SIGCONT and
+    /// TCP-proxy partitions.
+    Process,
+}
+
+/// Flags of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Seed of the schedule; a random one (printed) when omitted.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run this many campaigns, seeds SEED, SEED+1, ... (SEED defaults to 1).
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u64,
+    /// Operations per campaign.
+    #[arg(long = "ops", default_value_t = 300)]
+    pub operations: usize,
+    /// Faults to inject, comma-separated: handoff, kill, pause, partition,
+    /// driver; or `all`, or `none`.
+    #[arg(long, default_value = "all")]
+    pub nemesis: String,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 5)]
+    pub clients: usize,
+    /// Sandbox names the clients share (fewer: more contention).
+    #[arg(long, default_value_t = 6)]
+    pub names: usize,
+    /// Replicas.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u64,
+    /// Where the replicas run.
+    #[arg(long, value_enum, default_value_t = ModeArg::InProcess)]
+    pub mode: ModeArg,
+    /// The `palisade` binary for `--mode process` (default: next to this
+    /// binary).
+    #[arg(long)]
+    pub palisade: Option<PathBuf>,
+    /// Print each report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// TEST-ONLY: turn on a planted bug (needs a build with the
+    /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack.
+    #[arg(long)]
+    pub plant: Vec<String>,
+}
+
+/// Turns on the planted bugs named (a build with the feature only).
+pub fn plant(names: &[String]) -> Result<(), String> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    #[cfg(feature = "planted-bugs")]
+    {
+        use std::sync::atomic::Ordering;
+        for name in names {
+            match name.as_str() {
+                "skip-expected-id" => palisade_lifecycle::planted::SKIP_EXPECTED_ID_CHECK
+                    .store(true, Ordering::SeqCst),
+                "stale-term" => {
+                    palisade_gateway::planted::SKIP_TERM_FENCE.store(true, Ordering::SeqCst)
+                }
+                "early-delete-ack" => palisade_gateway::planted::ACK_DELETE_BEFORE_CLEANUP
+                    .store(true, Ordering::SeqCst),
+                other => {
+                    return Err(format!(
+                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term or early-delete-ack"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        Err("--plant needs a build with the planted-bugs feature: cargo build -p palisade-chaos --features planted-bugs".into())
+    }
+}
+
+/// The `palisade` binary next to the running executable.
+pub fn palisade_next_to_me() -> Option<PathBuf> {
+    let me = std::env::current_exe().ok()?;
+    let candidate = me.parent()?.join("palisade");
+    candidate.exists().then_some(candidate)
+}
+
+/// Runs the command; returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    match cli.command {
+        ChaosCommand::Run(args) => run_campaigns(args).await,
+    }
+}
+
+async fn run_campaigns(args: RunArgs) -> i32 {
+    if let Err(message) = plant(&args.plant) {
+        eprintln!("error: {message}");
+        return 2;
+    }
+    let mode = match args.mode {
+        ModeArg::InProcess => Mode::InProcess,
+        ModeArg::Process => match args.palisade.clone().or_else(palisade_next_to_me) {
+            Some(palisade) => Mode::Processes { palisade },
+            None => {
+                eprintln!(
+                    "error: --mode process needs the palisade binary: build it (cargo build -p palisade-gateway) or pass --palisade PATH"
+                );
+                return 2;
+            }
+        },
+    };
+    let first = args.seed.unwrap_or_else(|| {
+        if args.seeds > 1 {
+            1
+        } else {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |elapsed| elapsed.as_nanos() as u64 % 1_000_000_000)
+        }
+    });
+    let nemeses = match NemesisKind::parse_list(&args.nemesis) {
+        Ok(nemeses) => nemeses,
+        Err(message) => {
+            eprintln!("error: --nemesis: {message}");
+            return 2;
+        }
+    };
+    let mut failing = Vec::new();
+    let mut totals = (0usize, 0usize, 0usize, 0usize);
+    for seed in first..first.saturating_add(args.seeds.max(1)) {
+        eprintln!(
+            "palisade-chaos: seed {seed} ({} operations; re-run with --seed {seed})",
+            args.operations
+        );
+        let config = CampaignConfig {
+            seed,
+            operations: args.operations,
+            clients: args.clients,
+            names: args.names,
+            replicas: args.replicas,
+            nemeses: nemeses.clone(),
+            mode: mode.clone(),
+        };
+        let report: Report = match run_campaign(&config).await {
+            Ok(report) => report,
+            Err(error) => {
+                eprintln!("error: seed {seed}: {error}");
+                return 2;
+            }
+        };
+        totals.0 += report.operations.ok;
+        totals.1 += report.operations.fail;
+        totals.2 += report.operations.unknown;
+        totals.3 += report.anomalies.len();
+        if args.json {
+            match serde_json::to_string(&report) {
+                Ok(json) => println!("{json}"),
+                Err(error) => eprintln!("error: cannot encode the report: {error}"),
+            }
+        } else {
+            print!("{report}");
+        }
+        if !report.is_clean() {
+            failing.push(seed);
+        }
+    }
+    if args.seeds > 1 {
+        println!(
+            "palisade-chaos: {} campaigns (seeds {first}..={}), {} operations each: {} ok, {} fail, {} unknown; {} anomalies{}",
+            args.seeds,
+            first + args.seeds - 1,
+            args.operations,
+            totals.0,
+            totals.1,
+            totals.2,
+            totals.3,
+            if failing.is_empty() {
+                String::new()
+            } else {
+                format!(" (failing seeds: {failing:?})")
+            }
+        );
+    }
+    if failing.is_empty() { 0 } else { 1 }
+}

@@ -1,0 +1,38 @@
+//! The time base of a campaign: microseconds since its start, read from one
+//! monotonic clock by the workload (invocations and answers), the shared
+//! host (driver effects) and the nemesis (faults), so that their records
+//! can be ordered against each other.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A campaign's monotonic clock; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    start: Arc<Instant>,
+}
+
+impl Clock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Self {
+            start: Arc::new(Instant::now()),
+        }
+    }
+
+    /// Microseconds since the clock started.
+    pub fn now_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Formats microseconds as seconds with millisecond precision ("12.345s").
+pub fn seconds(us: u64) -> String {
+    format!("{}.{:03}s", us / 1_000_000, (us / 1_000) % 1_000)
+}

@@ -1,0 +1,518 @@
+//! The in-process cluster: N replicas in this process, each exactly what
+//! `palisade gateway run` runs ([`run_with_hooks`]: redb log and snapshots
+//! in a temporary directory, openraft, the executor, a tonic server on a
+//! loopback port), each on **its own single-threaded tokio runtime on its
+//! own thread**. That is what makes two faults faithful:
+//!
+//! - **Crash** ([`Cluster::crash`]): the replica's `block_on` is abandoned
+//!   and its runtime dropped. Every task of the replica — Raft core, log
+//!   and state-machine workers, executor, gRPC server and connections — is
+//!   dropped at whatever await it was in; no shutdown code runs and Raft is
+//!   never shut down. What was fsynced survives; [`Cluster::restart`] opens
+//!   the same directory again. (Destructors do run, unlike after SIGKILL;
+//!   none of them writes durable state. The process mode uses SIGKILL.)
+//! - **Pause** ([`Cluster::pause`]): a task that blocks on a `std` channel
+//!   is spawned on the replica's runtime. Its only thread is then stuck
+//!   there: no task, timer or socket of the replica makes progress, while
+//!   the kernel still accepts connections and buffers bytes for it —
+//!   SIGSTOP, for one replica of a process. Blocking-pool work already
+//!   running (an fsync) completes, as an in-flight syscall would.
+//!   [`Cluster::resume`] ends it; timers that expired meanwhile fire at
+//!   once, as after SIGCONT.
+//!
+//! Every replica keeps its port across restarts (it is its address in the
+//! membership). The harness reaches a replica's Raft handle and state
+//! through the [`RunningNode`] the replica hands over when it starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver as _;
+use palisade_gateway::driver::ComputeDriver;
+use palisade_gateway::executor::ExecutorConfig;
+use palisade_gateway::node::{NodeConfig, NodeHooks, RaftTiming, RunningNode, run_with_hooks};
+use palisade_gateway::replica::ReplicaTimeouts;
+use palisade_proto::v1;
+use palisade_raft::hooks::{FaultPoints, LinkFaults};
+use palisade_raft::{NodeId, Raft};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::ChaosError;
+
+/// How long a replica may take to bind its port again after a crash (the
+/// kernel may briefly hold it).
+pub const REBIND_WAIT_MAX: Duration = Duration::from_secs(10);
+/// How long a leadership transfer may take before the harness moves on.
+pub const TRANSFER_WAIT_MAX: Duration = Duration::from_secs(3);
+/// How long a call into a replica's Raft may take (it may be paused).
+pub const RAFT_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How the in-process replicas are configured.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Number of replicas (node ids 1..=replicas).
+    pub replicas: u64,
+    /// Raft timing.
+    pub timing: RaftTiming,
+    /// Executor tuning.
+    pub executor: ExecutorConfig,
+    /// Request-path timeouts.
+    pub timeouts: ReplicaTimeouts,
+}
+
+impl ClusterConfig {
+    /// The chaos defaults: fast elections, short driver and request
+    /// timeouts, so that faults resolve within a campaign's time.
+    pub fn chaos(replicas: u64) -> Self {
+        Self {
+            replicas,
+            timing: RaftTiming {
+                heartbeat_ms: 50,
+                election_timeout_min_ms: 300,
+                election_timeout_max_ms: 600,
+            },
+            executor: ExecutorConfig {
+                stop_grace: Duration::from_millis(100),
+                observe_interval: Duration::from_millis(300),
+                retry_backoff: Duration::from_millis(100),
+                driver_call_timeout: Duration::from_millis(1_000),
+                ..ExecutorConfig::default()
+            },
+            timeouts: ReplicaTimeouts {
+                propose_timeout: Duration::from_secs(3),
+                operation_wait_max: Duration::from_secs(4),
+            },
+        }
+    }
+}
+
+/// One replica's view, for convergence checks.
+#[derive(Debug, Clone)]
+pub struct ReplicaView {
+    /// Node id.
+    pub node_id: NodeId,
+    /// What the replica reports (`palisade cluster status`).
+    pub info: v1::ClusterInfo,
+}
+
+struct Running {
+    thread: std::thread::JoinHandle<()>,
+    crash: oneshot::Sender<()>,
+    runtime: tokio::runtime::Handle,
+    node: Arc<Mutex<Option<RunningNode>>>,
+    /// Set while paused: dropping it resumes the replica.
+    paused: Option<std::sync::mpsc::Sender<()>>,
+}
+
+struct Slot {
+    node_id: NodeId,
+    addr: SocketAddr,
+    data_dir: PathBuf,
+    /// `std` mutex: held to start, stop or look at the replica, never
+    /// across an await (a crash takes the `Running` out first).
+    running: Mutex<Option<Running>>,
+}
+
+/// The in-process cluster. See the module docs.
+pub struct Cluster {
+    _root: tempfile::TempDir,
+    slots: Vec<Slot>,
+    initial_cluster: BTreeMap<NodeId, String>,
+    config: ClusterConfig,
+    driver: Arc<dyn ComputeDriver>,
+    link_faults: Arc<dyn LinkFaults>,
+    fault_points: Arc<dyn FaultPoints>,
+}
+
+fn free_port() -> Result<u16, ChaosError> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl Cluster {
+    /// Starts `config.replicas` founding replicas sharing `driver`.
+    pub fn start(
+        config: ClusterConfig,
+        driver: Arc<dyn ComputeDriver>,
+        link_faults: Arc<dyn LinkFaults>,
+        fault_points: Arc<dyn FaultPoints>,
+    ) -> Result<Cluster, ChaosError> {
+        let root = tempfile::Builder::new()
+            .prefix("palisade-chaos-")
+            .tempdir()?;
+        let mut slots = Vec::new();
+        let mut initial_cluster = BTreeMap::new();
+        for node_id in 1..=config.replicas {
+            let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+            initial_cluster.insert(node_id, addr.to_string());
+            slots.push(Slot {
+                node_id,
+                addr,
+                data_dir: root.path().join(format!("replica-{node_id}")),
+                running: Mutex::new(None),
+            });
+        }
+        let cluster = Cluster {
+            _root: root,
+            slots,
+            initial_cluster,
+            config,
+            driver,
+            link_faults,
+            fault_points,
+        };
+        for node_id in cluster.node_ids() {
+            cluster.start_replica(node_id)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Every node id.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.slots.iter().map(|slot| slot.node_id).collect()
+    }
+
+    /// `http://` URIs of every replica, by node id.
+    pub fn endpoints(&self) -> Vec<(NodeId, String)> {
+        self.slots
+            .iter()
+            .map(|slot| (slot.node_id, format!("http://{}", slot.addr)))
+            .collect()
+    }
+
+    fn slot(&self, node_id: NodeId) -> Option<&Slot> {
+        self.slots.iter().find(|slot| slot.node_id == node_id)
+    }
+
+    /// Starts (or restarts from its directory) one replica.
+    pub fn start_replica(&self, node_id: NodeId) -> Result<(), ChaosError> {
+        let slot = self
+            .slot(node_id)
+            .ok_or_else(|| ChaosError::Config(format!("no replica {node_id}")))?;
+        let mut running = slot
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if running.is_some() {
+            return Ok(());
+        }
+        let config = NodeConfig {
+            node_id,
+            listen: slot.addr,
+            advertise: slot.addr.to_string(),
+            data_dir: slot.data_dir.clone(),
+            initial_cluster: self.initial_cluster.clone(),
+            timing: self.config.timing.clone(),
+            executor: self.config.executor.clone(),
+            timeouts: self.config.timeouts.clone(),
+            drain_timeout: Duration::from_secs(1),
+            postgres_url: None,
+        };
+        let node: Arc<Mutex<Option<RunningNode>>> = Arc::default();
+        let handed_over = node.clone();
+        let hooks = NodeHooks {
+            link_faults: Some(self.link_faults.clone()),
+            fault_points: Some(self.fault_points.clone()),
+            on_started: Some(Arc::new(move |running: RunningNode| {
+                *handed_over
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(running);
+            })),
+        };
+        let driver = self.driver.clone();
+        let addr = slot.addr;
+        let (crash, crashed) = oneshot::channel::<()>();
+        let (runtime_tx, runtime_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("replica-{node_id}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = runtime_tx.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = runtime_tx.send(Ok(runtime.handle().clone()));
+                runtime.block_on(async move {
+                    let listener = match bind(addr).await {
+                        Ok(listener) => listener,
+                        Err(error) => {
+                            warn!(node = node_id, %error, "replica cannot bind its port");
+                            return;
+                        }
+                    };
+                    tokio::select! {
+                        result = run_with_hooks(config, driver, listener, hooks, std::future::pending()) => {
+                            if let Err(error) = result {
+                                warn!(node = node_id, error = %format!("{error:#}"), "replica stopped");
+                            }
+                        }
+                        _ = crashed => debug!(node = node_id, "replica crashed"),
+                    }
+                });
+                // The crash: every task of the replica is dropped here.
+                drop(runtime);
+            })?;
+        let runtime = runtime_rx
+            .recv()
+            .map_err(|_| ChaosError::ReplicaStart {
+                node_id,
+                message: "its thread ended before its runtime started".into(),
+            })?
+            .map_err(|message| ChaosError::ReplicaStart { node_id, message })?;
+        *running = Some(Running {
+            thread,
+            crash,
+            runtime,
+            node,
+            paused: None,
+        });
+        Ok(())
+    }
+
+    /// Crashes a replica (see the module docs) and waits until everything
+    /// it ran is gone. A paused replica is resumed first (SIGKILL of a
+    /// stopped process is the same crash).
+    pub async fn crash(&self, node_id: NodeId) {
+        let Some(slot) = self.slot(node_id) else {
+            return;
+        };
+        let running = slot
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(running) = running else {
+            return;
+        };
+        let _ = running.crash.send(());
+        drop(running.paused);
+        running
+            .node
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let thread = running.thread;
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+
+    /// Restarts a crashed replica from its directory.
+    pub fn restart(&self, node_id: NodeId) -> Result<(), ChaosError> {
+        self.start_replica(node_id)
+    }
+
+    /// True while the replica runs (paused or not).
+    pub fn is_running(&self, node_id: NodeId) -> bool {
+        self.slot(node_id).is_some_and(|slot| {
+            slot.running
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .is_some()
+        })
+    }
+
+    /// Freezes a running replica (see the module docs).
+    pub fn pause(&self, node_id: NodeId) {
+        let Some(slot) = self.slot(node_id) else {
+            return;
+        };
+        let mut running = slot
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(running) = running.as_mut() else {
+            return;
+        };
+        if running.paused.is_some() {
+            return;
+        }
+        let (resume, resumed) = std::sync::mpsc::channel::<()>();
+        running.runtime.spawn(async move {
+            // Blocks the replica's only thread until resumed: deliberate.
+            let _ = resumed.recv();
+        });
+        running.paused = Some(resume);
+    }
+
+    /// Resumes a paused replica.
+    pub fn resume(&self, node_id: NodeId) {
+        if let Some(slot) = self.slot(node_id)
+            && let Some(running) = slot
+                .running
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_mut()
+        {
+            running.paused = None;
+        }
+    }
+
+    /// True while the replica is paused.
+    pub fn is_paused(&self, node_id: NodeId) -> bool {
+        self.slot(node_id).is_some_and(|slot| {
+            slot.running
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_ref()
+                .is_some_and(|running| running.paused.is_some())
+        })
+    }
+
+    /// The handles of a running replica (`None` before it started serving,
+    /// or after a crash).
+    pub fn node(&self, node_id: NodeId) -> Option<RunningNode> {
+        let slot = self.slot(node_id)?;
+        let running = slot
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let running = running.as_ref()?;
+        let node = running
+            .node
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        node.as_ref().map(|node| RunningNode {
+            replica: node.replica.clone(),
+            executor: node.executor.clone(),
+        })
+    }
+
+    /// The Raft handle of a running replica.
+    pub fn raft(&self, node_id: NodeId) -> Option<Raft> {
+        self.node(node_id).map(|node| node.replica.raft)
+    }
+
+    /// The leader: the running, unpaused replica that believes it leads in
+    /// the highest term.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.node_ids()
+            .into_iter()
+            .filter(|node_id| !self.is_paused(*node_id))
+            .filter_map(|node_id| {
+                let raft = self.raft(node_id)?;
+                let metrics = raft.metrics().borrow_watched().clone();
+                (metrics.current_leader == Some(node_id)).then_some((metrics.current_term, node_id))
+            })
+            .max()
+            .map(|(_, node_id)| node_id)
+    }
+
+    /// Waits until a leader is known and every running replica agrees.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ChaosError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(leader) = self.leader() {
+                let agreed = self.node_ids().into_iter().all(|node_id| {
+                    self.is_paused(node_id)
+                        || self.raft(node_id).is_none_or(|raft| {
+                            raft.metrics().borrow_watched().current_leader == Some(leader)
+                        })
+                });
+                if agreed {
+                    return Ok(leader);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(ChaosError::NoLeader(timeout));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Asks `from` (if it leads) to hand leadership to `to`, and waits
+    /// (bounded) until `from` no longer leads. True if it moved.
+    pub async fn transfer_leader(&self, from: NodeId, to: NodeId) -> bool {
+        let Some(raft) = self.raft(from) else {
+            return false;
+        };
+        let triggered =
+            tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().transfer_leader(to)).await;
+        if !matches!(triggered, Ok(Ok(()))) {
+            return false;
+        }
+        let moved = raft
+            .wait(Some(TRANSFER_WAIT_MAX))
+            .metrics(
+                |metrics| metrics.current_leader != Some(from),
+                "leadership moved",
+            )
+            .await;
+        moved.is_ok()
+    }
+
+    /// Makes the leader build a snapshot and purge its log up to it, so
+    /// that a replica that was away must install the snapshot. True if a
+    /// snapshot was built.
+    pub async fn snapshot_and_purge(&self, leader: NodeId) -> bool {
+        let Some(raft) = self.raft(leader) else {
+            return false;
+        };
+        let before = raft.metrics().borrow_watched().snapshot;
+        if !matches!(
+            tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().snapshot()).await,
+            Ok(Ok(()))
+        ) {
+            return false;
+        }
+        let built = raft
+            .wait(Some(RAFT_CALL_TIMEOUT))
+            .metrics(|metrics| metrics.snapshot > before, "snapshot built")
+            .await;
+        let Ok(metrics) = built else {
+            return false;
+        };
+        if let Some(snapshot) = metrics.snapshot {
+            let _ =
+                tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().purge_log(snapshot.index))
+                    .await;
+        }
+        true
+    }
+
+    /// What every running replica reports.
+    pub fn views(&self) -> Vec<ReplicaView> {
+        self.node_ids()
+            .into_iter()
+            .filter_map(|node_id| {
+                let node = self.node(node_id)?;
+                Some(ReplicaView {
+                    node_id,
+                    info: palisade_gateway::admin::cluster_info(&node.replica),
+                })
+            })
+            .collect()
+    }
+
+    /// Crashes every replica (the temporary directory goes when the
+    /// cluster is dropped).
+    pub async fn shutdown(&self) {
+        for node_id in self.node_ids() {
+            self.crash(node_id).await;
+        }
+    }
+}
+
+/// Binds `addr`, retrying while the kernel still holds it after a crash.
+async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let deadline = Instant::now() + REBIND_WAIT_MAX;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}

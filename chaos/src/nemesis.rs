@@ -1,0 +1,474 @@
+//! The nemesis: injects one fault at a time into the in-process cluster,
+//! on a schedule drawn from the campaign's seed, and heals everything when
+//! told to stop.
+//!
+//! | kind | what it does |
+//! |---|---|
+//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. |
+//! | `kill` | crashes a replica (the leader more often than not), restarts it from disk after a while |
+//! | `pause` | freezes a replica (see [`crate::cluster`]), resumes it after a while |
+//! | `partition` | isolates a replica, splits the cluster, or adds message loss, delay, duplication and lost answers on every link; heals after a while |
+//! | `driver` | makes the shared driver slow, refusing, uncertain (before or after the effect) or hanging, for a while |
+//!
+//! One fault at a time keeps a quorum available most of the time, so the
+//! workload makes progress and the histories have something to say; faults
+//! still overlap with the consequences of the previous one (elections,
+//! catch-up, retried effects).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_gateway::driver::fault::{FaultPlan, FaultRule};
+use palisade_raft::NodeId;
+use palisade_raft::hooks::FaultPoint;
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{mpsc, watch};
+
+use crate::cluster::Cluster;
+use crate::history::History;
+use crate::host::SharedHost;
+use crate::links::{LinkTable, Noise};
+use crate::points::{Fired, PointAction, PointKind, Triggers};
+
+/// How long an armed fault point may wait for a replica to reach it.
+pub const TRIGGER_WAIT_MAX: Duration = Duration::from_secs(4);
+/// How long the nemesis waits for a leader after healing.
+pub const HEAL_LEADER_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// The kinds of faults (`--nemesis`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NemesisKind {
+    /// Leadership handoffs and crashes at fault points inside a request.
+    Handoff,
+    /// Replica crash and restart from disk.
+    Kill,
+    /// Replica pause (SIGSTOP-like) and resume.
+    Pause,
+    /// Network partitions and message loss.
+    Partition,
+    /// Slow, failing, uncertain and hanging driver calls.
+    Driver,
+}
+
+impl NemesisKind {
+    /// Every kind.
+    pub const ALL: [NemesisKind; 5] = [
+        NemesisKind::Handoff,
+        NemesisKind::Kill,
+        NemesisKind::Pause,
+        NemesisKind::Partition,
+        NemesisKind::Driver,
+    ];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            NemesisKind::Handoff => "handoff",
+            NemesisKind::Kill => "kill",
+            NemesisKind::Pause => "pause",
+            NemesisKind::Partition => "partition",
+            NemesisKind::Driver => "driver",
+        }
+    }
+
+    /// Parses a comma-separated list (`all` for every kind, `none` or an
+    /// empty string for none).
+    pub fn parse_list(text: &str) -> Result<Vec<NemesisKind>, String> {
+        let text = text.trim();
+        if text == "all" {
+            return Ok(NemesisKind::ALL.to_vec());
+        }
+        if text.is_empty() || text == "none" {
+            return Ok(Vec::new());
+        }
+        let mut kinds: Vec<NemesisKind> = text
+            .split(',')
+            .map(|part| part.trim().parse())
+            .collect::<Result<_, _>>()?;
+        kinds.sort();
+        kinds.dedup();
+        Ok(kinds)
+    }
+}
+
+impl FromStr for NemesisKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        NemesisKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver (or all)"
+                )
+            })
+    }
+}
+
+/// What the nemesis needs.
+pub struct Nemesis {
+    /// The cluster.
+    pub cluster: Arc<Cluster>,
+    /// The peer network.
+    pub links: Arc<LinkTable>,
+    /// The fault points.
+    pub triggers: Arc<Triggers>,
+    /// Triggers that fired.
+    pub fired: mpsc::Receiver<Fired>,
+    /// The shared host (driver), whose fault plan the nemesis sets.
+    pub host: Arc<SharedHost>,
+    /// Where fault events are recorded.
+    pub history: Arc<History>,
+    /// The kinds to inject.
+    pub kinds: Vec<NemesisKind>,
+    /// The schedule's RNG.
+    pub rng: StdRng,
+    /// Faults injected, by kind.
+    pub counts: BTreeMap<String, u64>,
+}
+
+impl Nemesis {
+    fn ms(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(low..=high))
+    }
+
+    fn count(&mut self, kind: String, detail: String) {
+        self.history.fault(kind.clone(), detail);
+        *self.counts.entry(kind).or_default() += 1;
+    }
+
+    /// A victim: the leader with probability 0.6, else any replica.
+    fn victim(&mut self) -> NodeId {
+        let nodes = self.cluster.node_ids();
+        let leader = self.cluster.leader();
+        match leader {
+            Some(leader) if self.rng.random_bool(0.6) => leader,
+            _ => *nodes.choose(&mut self.rng).unwrap_or(&1),
+        }
+    }
+
+    fn other_than(&mut self, node: NodeId) -> Option<NodeId> {
+        let others: Vec<NodeId> = self
+            .cluster
+            .node_ids()
+            .into_iter()
+            .filter(|other| *other != node)
+            .collect();
+        others.choose(&mut self.rng).copied()
+    }
+
+    /// Injects faults until `stop` turns true, then heals everything.
+    /// Returns how many faults of each kind were injected.
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> BTreeMap<String, u64> {
+        if !self.kinds.is_empty() {
+            loop {
+                let quiet = self.ms(200, 900);
+                tokio::select! {
+                    _ = tokio::time::sleep(quiet) => {}
+                    _ = stop.wait_for(|stopped| *stopped) => break,
+                }
+                if *stop.borrow() {
+                    break;
+                }
+                let kinds = self.kinds.clone();
+                let Some(kind) = kinds.choose(&mut self.rng).copied() else {
+                    break;
+                };
+                match kind {
+                    NemesisKind::Handoff => self.handoff().await,
+                    NemesisKind::Kill => self.kill().await,
+                    NemesisKind::Pause => self.pause().await,
+                    NemesisKind::Partition => self.partition().await,
+                    NemesisKind::Driver => self.driver_faults().await,
+                }
+            }
+        }
+        self.heal().await;
+        self.counts
+    }
+
+    async fn kill(&mut self) {
+        let victim = self.victim();
+        self.cluster.crash(victim).await;
+        self.count("kill".into(), format!("crash node {victim}"));
+        let down = self.ms(200, 1_500);
+        tokio::time::sleep(down).await;
+        self.restart(victim);
+    }
+
+    fn restart(&mut self, node: NodeId) {
+        match self.cluster.restart(node) {
+            Ok(()) => self
+                .history
+                .fault("restart", format!("restart node {node}")),
+            Err(error) => self
+                .history
+                .fault("restart-failed", format!("node {node}: {error}")),
+        }
+    }
+
+    async fn pause(&mut self) {
+        let victim = self.victim();
+        self.cluster.pause(victim);
+        self.count("pause".into(), format!("pause node {victim}"));
+        let paused = self.ms(300, 2_000);
+        tokio::time::sleep(paused).await;
+        self.cluster.resume(victim);
+        self.history
+            .fault("resume", format!("resume node {victim}"));
+    }
+
+    async fn partition(&mut self) {
+        let nodes = self.cluster.node_ids();
+        let shape = self.rng.random_range(0..3u8);
+        let detail = match shape {
+            0 => {
+                let victim = self.victim();
+                self.links.isolate(victim, &nodes);
+                self.count("partition:isolate".into(), format!("isolate node {victim}"));
+                format!("isolate node {victim}")
+            }
+            1 => {
+                let mut shuffled = nodes.clone();
+                rand::seq::SliceRandom::shuffle(shuffled.as_mut_slice(), &mut self.rng);
+                let minority = shuffled.len().saturating_sub(1) / 2;
+                let minority = minority.max(1);
+                let sides = [
+                    shuffled[..minority]
+                        .iter()
+                        .copied()
+                        .collect::<BTreeSet<_>>(),
+                    shuffled[minority..]
+                        .iter()
+                        .copied()
+                        .collect::<BTreeSet<_>>(),
+                ];
+                self.links.partition(&sides);
+                let detail = format!("split {:?} | {:?}", sides[0], sides[1]);
+                self.count("partition:split".into(), detail.clone());
+                detail
+            }
+            _ => {
+                let noise = Noise {
+                    loss: self.rng.random_range(0.02..0.25),
+                    duplicate: self.rng.random_range(0.0..0.15),
+                    lost_answer: self.rng.random_range(0.0..0.1),
+                    delay_max: self.ms(0, 80),
+                };
+                self.links.set_noise(noise);
+                let detail = format!("noise {noise:?}");
+                self.count("partition:noise".into(), detail.clone());
+                detail
+            }
+        };
+        let held = self.ms(500, 2_500);
+        tokio::time::sleep(held).await;
+        self.links.heal();
+        self.history
+            .fault("heal-links", format!("heal after {detail}"));
+    }
+
+    async fn driver_faults(&mut self) {
+        let profile = self.rng.random_range(0..5u8);
+        let latency_ms = self.rng.random_range(0..150);
+        let rule = match profile {
+            0 => FaultRule {
+                latency_ms: self.rng.random_range(50..400),
+                ..FaultRule::default()
+            },
+            1 => FaultRule {
+                latency_ms,
+                reject_rate: 0.25,
+                ..FaultRule::default()
+            },
+            2 => FaultRule {
+                latency_ms,
+                uncertain_before_rate: 0.2,
+                uncertain_after_rate: 0.25,
+                ..FaultRule::default()
+            },
+            3 => FaultRule {
+                latency_ms,
+                hang_rate: 0.15,
+                ..FaultRule::default()
+            },
+            _ => FaultRule {
+                latency_ms,
+                reject_rate: 0.1,
+                uncertain_before_rate: 0.1,
+                uncertain_after_rate: 0.1,
+                hang_rate: 0.05,
+                ..FaultRule::default()
+            },
+        };
+        let plan = FaultPlan {
+            seed: self.rng.random(),
+            launch: rule.clone(),
+            inspect: rule.clone(),
+            stop: rule.clone(),
+            remove: rule,
+        };
+        self.host.set_plan(plan);
+        let names = ["latency", "reject", "uncertain", "hang", "mixed"];
+        let name = names[usize::from(profile).min(names.len() - 1)];
+        self.count(format!("driver:{name}"), format!("driver profile {name}"));
+        let held = self.ms(800, 3_000);
+        tokio::time::sleep(held).await;
+        self.host.set_plan(FaultPlan::default());
+        self.history.fault("driver-healed", "driver faults cleared");
+    }
+
+    async fn handoff(&mut self) {
+        let kind = *[
+            PointKind::BeginCommitted,
+            PointKind::BeginCommitted,
+            PointKind::EffectDone,
+            PointKind::EffectDone,
+            PointKind::Forwarding,
+            PointKind::SnapshotInstall,
+        ]
+        .choose(&mut self.rng)
+        .unwrap_or(&PointKind::BeginCommitted);
+        let action = if self.rng.random_bool(0.5) {
+            PointAction::Transfer {
+                hold: self.ms(20, 800),
+            }
+        } else {
+            PointAction::Crash
+        };
+        let mut snapshot_follower = None;
+        if kind == PointKind::SnapshotInstall {
+            // Make a follower need a snapshot: away while the log moves on
+            // and is purged behind a fresh snapshot.
+            let Some(leader) = self.cluster.leader() else {
+                return;
+            };
+            let Some(follower) = self.other_than(leader) else {
+                return;
+            };
+            self.cluster.crash(follower).await;
+            self.history.fault(
+                "handoff-setup",
+                format!("crash follower {follower} for a snapshot"),
+            );
+            let away = self.ms(600, 1_500);
+            tokio::time::sleep(away).await;
+            if let Some(leader) = self.cluster.leader() {
+                self.cluster.snapshot_and_purge(leader).await;
+            }
+            snapshot_follower = Some(follower);
+        }
+        self.triggers.arm(kind, action);
+        if let Some(follower) = snapshot_follower {
+            self.restart(follower);
+        }
+        let fired = tokio::time::timeout(TRIGGER_WAIT_MAX, self.fired.recv()).await;
+        let Ok(Some(fired)) = fired else {
+            self.disarm();
+            self.count(
+                format!("handoff:{}:not-reached", kind.name()),
+                "no replica reached the point in time".into(),
+            );
+            return;
+        };
+        let Fired {
+            node,
+            point,
+            action,
+            done,
+        } = fired;
+        let label = format!("handoff:{}:{}", kind.name(), action.name());
+        match action {
+            PointAction::Transfer { .. } => {
+                let from = match &point {
+                    FaultPoint::Forwarding { leader, .. } => *leader,
+                    FaultPoint::SnapshotInstall { .. } => self.cluster.leader().unwrap_or(node),
+                    _ => node,
+                };
+                let to = match &point {
+                    FaultPoint::SnapshotInstall { .. } => self.other_than_both(from, node),
+                    _ => self.other_than(from),
+                };
+                let moved = match to {
+                    Some(to) => self.cluster.transfer_leader(from, to).await,
+                    None => false,
+                };
+                self.count(
+                    label,
+                    format!(
+                        "{point:?} at node {node}: transfer from {from} to {to:?} (moved: {moved})"
+                    ),
+                );
+                let _ = done.send(());
+            }
+            PointAction::Crash => {
+                let victim = match &point {
+                    FaultPoint::Forwarding { leader, .. } => {
+                        // While the forwarded write is in flight.
+                        let delay = self.ms(0, 30);
+                        tokio::time::sleep(delay).await;
+                        *leader
+                    }
+                    _ => node,
+                };
+                self.cluster.crash(victim).await;
+                drop(done);
+                self.count(
+                    label,
+                    format!("{point:?} at node {node}: crash node {victim}"),
+                );
+                let down = self.ms(200, 1_200);
+                tokio::time::sleep(down).await;
+                self.restart(victim);
+            }
+        }
+    }
+
+    /// Disarms the fault points and lets go any task that reached one
+    /// just before (a stale trigger must not be acted on later).
+    fn disarm(&mut self) {
+        self.triggers.disarm();
+        while let Ok(fired) = self.fired.try_recv() {
+            drop(fired.done);
+        }
+    }
+
+    fn other_than_both(&mut self, first: NodeId, second: NodeId) -> Option<NodeId> {
+        let others: Vec<NodeId> = self
+            .cluster
+            .node_ids()
+            .into_iter()
+            .filter(|other| *other != first && *other != second)
+            .collect();
+        others.choose(&mut self.rng).copied()
+    }
+
+    /// Ends every fault: resumes, restarts, heals links, clears driver
+    /// faults, disarms the fault points (and lets any task waiting at one
+    /// go), and waits for a leader.
+    pub async fn heal(&mut self) {
+        self.disarm();
+        self.links.heal();
+        self.host.set_plan(FaultPlan::default());
+        for node in self.cluster.node_ids() {
+            if self.cluster.is_paused(node) {
+                self.cluster.resume(node);
+            }
+            if !self.cluster.is_running(node) {
+                self.restart(node);
+            }
+        }
+        self.history.fault("heal", "all faults healed");
+        let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+    }
+}
+
+/// A nemesis RNG for `seed`, independent of the workload's.
+pub fn nemesis_rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7321)
+}

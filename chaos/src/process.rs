@@ -1,0 +1,626 @@
+//! The process-level mode: the same workload and checks against real
+//! `palisade gateway run` processes on loopback, with the process driver
+//! (real shim processes per execution, one shared driver directory).
+//!
+//! Faults are the real thing:
+//!
+//! - `kill`: SIGKILL of a gateway process, restarted from its directory
+//!   with the same flags after a while (its sandboxes keep running, as the
+//!   design wants);
+//! - `pause`: SIGSTOP, then SIGCONT;
+//! - `partition`: the TCP proxies of [`crate::proxy`] cut links (each
+//!   replica advertises its proxy's address, so all peer traffic crosses
+//!   them);
+//! - `handoff`: a leadership transfer through the ClusterAdmin API at a
+//!   random moment (the fault points inside a request need the in-process
+//!   mode);
+//! - `driver`: every replica runs `--driver fault` with a plan of latency
+//!   and uncertain outcomes (before and after the effect) for launch, stop
+//!   and remove, for the whole run (refusals of a repeated launch would
+//!   break the driver contract, see [`crate::host`], and hangs would hold
+//!   operations for the gateway's 60 s driver timeout).
+//!
+//! The checks are those of the in-process mode except the ones that need
+//! the driver's effect log (counting effects); orphan executions are
+//! checked against the process driver's own listing of its directory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_gateway::driver::process::ProcessDriver;
+use palisade_gateway::driver::{ComputeDriver, ExecutionStatus};
+use palisade_proto::v1;
+use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
+use palisade_proto::v1::palisade_client::PalisadeClient;
+use palisade_raft::NodeId;
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::ChaosError;
+use crate::campaign::{
+    CONVERGE_WAIT_MAX, CampaignConfig, Counters, FIRST_LEADER_WAIT_MAX, Report, SETTLE_WAIT_MAX,
+    report,
+};
+use crate::checker::{self, Evidence, FinalSandbox, ReplicaState};
+use crate::clock::Clock;
+use crate::history::{History, Phase};
+use crate::host::HostExecution;
+use crate::nemesis::{NemesisKind, nemesis_rng};
+use crate::proxy::Proxies;
+use crate::workload::{self, Endpoints, WorkloadConfig};
+
+/// Deadline of one admin call.
+pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most pages read when listing every sandbox at the end.
+pub const LIST_PAGES_MAX: usize = 1_000;
+/// The driver fault plan of `--nemesis driver` in this mode.
+pub const DRIVER_FAULT_PLAN: &str = r#"{"seed": SEED,
+ "launch": {"latency_ms": 30, "uncertain_before_rate": 0.05, "uncertain_after_rate": 0.1},
+ "stop": {"latency_ms": 30, "uncertain_before_rate": 0.05, "uncertain_after_rate": 0.1},
+ "remove": {"latency_ms": 30, "uncertain_before_rate": 0.05, "uncertain_after_rate": 0.1}}"#;
+
+struct Gateway {
+    node_id: NodeId,
+    listen: SocketAddr,
+    advertise: SocketAddr,
+    child: Option<Child>,
+    paused: bool,
+}
+
+/// A cluster of `palisade gateway run` processes.
+struct Processes {
+    root: tempfile::TempDir,
+    palisade: PathBuf,
+    initial_cluster: String,
+    fault_plan: Option<String>,
+    /// `std` mutex: held to spawn, signal or reap, never across an await.
+    gateways: Mutex<Vec<Gateway>>,
+    proxies: Proxies,
+}
+
+fn free_listener() -> Result<std::net::TcpListener, ChaosError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?)
+}
+
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill(2) with a pid of a child this harness spawned; no memory
+    // is involved.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+impl Processes {
+    fn start(
+        replicas: u64,
+        palisade: &Path,
+        fault_plan: Option<String>,
+    ) -> Result<Self, ChaosError> {
+        let root = tempfile::Builder::new()
+            .prefix("palisade-chaos-processes-")
+            .tempdir()?;
+        let mut gateways = Vec::new();
+        let mut routes = Vec::new();
+        for node_id in 1..=replicas {
+            let listen = free_listener()?.local_addr()?;
+            let proxy = free_listener()?;
+            proxy.set_nonblocking(true)?;
+            let advertise = proxy.local_addr()?;
+            routes.push((node_id, tokio::net::TcpListener::from_std(proxy)?, listen));
+            gateways.push(Gateway {
+                node_id,
+                listen,
+                advertise,
+                child: None,
+                paused: false,
+            });
+        }
+        let initial_cluster = gateways
+            .iter()
+            .map(|gateway| format!("{}={}", gateway.node_id, gateway.advertise))
+            .collect::<Vec<_>>()
+            .join(",");
+        let processes = Self {
+            root,
+            palisade: palisade.to_path_buf(),
+            initial_cluster,
+            fault_plan,
+            gateways: Mutex::new(gateways),
+            proxies: Proxies::start(routes),
+        };
+        for node_id in 1..=replicas {
+            processes.spawn(node_id)?;
+        }
+        Ok(processes)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Gateway>> {
+        self.gateways
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn driver_dir(&self) -> PathBuf {
+        self.root.path().join("executions")
+    }
+
+    fn spawn(&self, node_id: NodeId) -> Result<(), ChaosError> {
+        let mut gateways = self.lock();
+        let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id) else {
+            return Ok(());
+        };
+        if gateway.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join(format!("replica-{node_id}.log")))?;
+        let mut command = Command::new(&self.palisade);
+        command
+            .args(["gateway", "run"])
+            .args(["--node-id", &node_id.to_string()])
+            .args(["--listen", &gateway.listen.to_string()])
+            .args(["--advertise", &gateway.advertise.to_string()])
+            .arg("--data-dir")
+            .arg(self.root.path().join(format!("replica-{node_id}")))
+            .arg("--driver-dir")
+            .arg(self.driver_dir())
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--stop-grace-seconds", "1"])
+            .args(["--heartbeat-ms", "50"])
+            .args(["--election-timeout-min-ms", "300"])
+            .args(["--election-timeout-max-ms", "600"])
+            .args(["--drain-seconds", "1"])
+            .env("PALISADE_LOG", "warn")
+            .env_remove("PALISADE_POSTGRES_URL")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        match &self.fault_plan {
+            Some(plan) => {
+                command.args(["--driver", "fault", "--fault-plan", plan]);
+            }
+            None => {
+                command.args(["--driver", "process"]);
+            }
+        }
+        let child = command.spawn().map_err(|error| {
+            ChaosError::Process(format!(
+                "cannot run {} gateway run: {error}",
+                self.palisade.display()
+            ))
+        })?;
+        self.proxies.set_pid(child.id(), node_id);
+        gateway.child = Some(child);
+        gateway.paused = false;
+        Ok(())
+    }
+
+    fn kill(&self, node_id: NodeId) {
+        let mut gateways = self.lock();
+        if let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id)
+            && let Some(mut child) = gateway.child.take()
+        {
+            signal(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+            gateway.paused = false;
+        }
+    }
+
+    fn pause(&self, node_id: NodeId, paused: bool) {
+        let mut gateways = self.lock();
+        if let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id)
+            && let Some(child) = &gateway.child
+        {
+            signal(
+                child.id(),
+                if paused { libc::SIGSTOP } else { libc::SIGCONT },
+            );
+            gateway.paused = paused;
+        }
+    }
+
+    fn node_ids(&self) -> Vec<NodeId> {
+        self.lock().iter().map(|g| g.node_id).collect()
+    }
+
+    fn endpoints(&self) -> Vec<(NodeId, String)> {
+        self.lock()
+            .iter()
+            .map(|g| (g.node_id, format!("http://{}", g.listen)))
+            .collect()
+    }
+
+    fn heal(&self) -> Result<(), ChaosError> {
+        self.proxies.heal();
+        for node_id in self.node_ids() {
+            self.pause(node_id, false);
+            self.spawn(node_id)?;
+        }
+        Ok(())
+    }
+
+    fn kill_all(&self) {
+        for node_id in self.node_ids() {
+            self.pause(node_id, false);
+            self.kill(node_id);
+        }
+    }
+}
+
+fn admin(uri: &str) -> Option<ClusterAdminClient<Channel>> {
+    let channel = Endpoint::from_shared(uri.to_string())
+        .ok()?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(ADMIN_CALL_TIMEOUT)
+        .connect_lazy();
+    Some(ClusterAdminClient::new(channel))
+}
+
+async fn infos(processes: &Processes) -> Vec<(NodeId, v1::ClusterInfo)> {
+    let mut infos = Vec::new();
+    for (node_id, uri) in processes.endpoints() {
+        let Some(mut client) = admin(&uri) else {
+            continue;
+        };
+        let call = client.get_cluster_info(v1::GetClusterInfoRequest {});
+        if let Ok(Ok(info)) = tokio::time::timeout(ADMIN_CALL_TIMEOUT, call).await {
+            infos.push((node_id, info.into_inner()));
+        }
+    }
+    infos
+}
+
+async fn leader(processes: &Processes) -> Option<NodeId> {
+    infos(processes)
+        .await
+        .into_iter()
+        .filter(|(node_id, info)| info.leader_id == Some(*node_id))
+        .max_by_key(|(_, info)| info.term)
+        .map(|(node_id, _)| node_id)
+}
+
+async fn wait_for_leader(processes: &Processes, timeout: Duration) -> Result<NodeId, ChaosError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(leader) = leader(processes).await {
+            return Ok(leader);
+        }
+        if Instant::now() >= deadline {
+            return Err(ChaosError::NoLeader(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The process-mode nemesis: one fault at a time, until stopped.
+async fn nemesis(
+    processes: Arc<Processes>,
+    kinds: Vec<NemesisKind>,
+    history: Arc<History>,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+) -> BTreeMap<String, u64> {
+    let mut rng = nemesis_rng(seed);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    // Driver faults are a fixed plan given at start; the others rotate.
+    let kinds: Vec<NemesisKind> = kinds
+        .into_iter()
+        .filter(|kind| *kind != NemesisKind::Driver)
+        .collect();
+    let count = |kind: &str, detail: String, counts: &mut BTreeMap<String, u64>| {
+        history.fault(kind.to_string(), detail);
+        *counts.entry(kind.to_string()).or_default() += 1;
+    };
+    while !kinds.is_empty() {
+        let quiet = Duration::from_millis(rng.random_range(300..1_200));
+        tokio::select! {
+            _ = tokio::time::sleep(quiet) => {}
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        if *stop.borrow() {
+            break;
+        }
+        let nodes = processes.node_ids();
+        let current = leader(&processes).await;
+        let victim = match current {
+            Some(leader) if rng.random_bool(0.6) => leader,
+            _ => *nodes.choose(&mut rng).unwrap_or(&1),
+        };
+        let held = Duration::from_millis(rng.random_range(400..2_000));
+        match kinds.choose(&mut rng).copied() {
+            Some(NemesisKind::Kill) => {
+                processes.kill(victim);
+                count("kill", format!("SIGKILL node {victim}"), &mut counts);
+                tokio::time::sleep(held).await;
+                if let Err(error) = processes.spawn(victim) {
+                    history.fault("restart-failed", error.to_string());
+                }
+            }
+            Some(NemesisKind::Pause) => {
+                processes.pause(victim, true);
+                count("pause", format!("SIGSTOP node {victim}"), &mut counts);
+                tokio::time::sleep(held).await;
+                processes.pause(victim, false);
+            }
+            Some(NemesisKind::Partition) => {
+                let rest: BTreeSet<NodeId> = nodes
+                    .iter()
+                    .copied()
+                    .filter(|node| *node != victim)
+                    .collect();
+                processes
+                    .proxies
+                    .partition(&[BTreeSet::from([victim]), rest]);
+                count(
+                    "partition:isolate",
+                    format!("isolate node {victim}"),
+                    &mut counts,
+                );
+                tokio::time::sleep(held).await;
+                processes.proxies.heal();
+            }
+            Some(NemesisKind::Handoff) => {
+                let Some(from) = current else { continue };
+                let Some(to) = nodes
+                    .iter()
+                    .copied()
+                    .filter(|node| *node != from)
+                    .collect::<Vec<_>>()
+                    .choose(&mut rng)
+                    .copied()
+                else {
+                    continue;
+                };
+                let uri = processes
+                    .endpoints()
+                    .into_iter()
+                    .find(|(node, _)| *node == from)
+                    .map(|(_, uri)| uri);
+                if let Some(mut client) = uri.as_deref().and_then(admin) {
+                    let call = client.transfer_leader(v1::TransferLeaderRequest { node_id: to });
+                    let _ = tokio::time::timeout(ADMIN_CALL_TIMEOUT * 2, call).await;
+                }
+                count(
+                    "handoff:transfer",
+                    format!("transfer from {from} to {to}"),
+                    &mut counts,
+                );
+            }
+            Some(NemesisKind::Driver) | None => {}
+        }
+    }
+    counts
+}
+
+/// Lists every sandbox of the default workspace, linearizably.
+async fn list_all(endpoints: &[(NodeId, String)]) -> Option<BTreeMap<String, FinalSandbox>> {
+    for (_, uri) in endpoints {
+        let Ok(endpoint) = Endpoint::from_shared(uri.clone()) else {
+            continue;
+        };
+        let mut client = PalisadeClient::new(
+            endpoint
+                .connect_timeout(Duration::from_secs(1))
+                .timeout(Duration::from_secs(5))
+                .connect_lazy(),
+        );
+        let mut sandboxes = BTreeMap::new();
+        let mut page_token = String::new();
+        let mut complete = false;
+        for _ in 0..LIST_PAGES_MAX {
+            let request = v1::ListSandboxesRequest {
+                workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
+                page_size: 100,
+                page_token: page_token.clone(),
+                consistency: v1::Consistency::Linearizable as i32,
+                ..Default::default()
+            };
+            let Ok(page) = client.list_sandboxes(request).await else {
+                break;
+            };
+            let page = page.into_inner();
+            for sandbox in page.sandboxes {
+                let metadata = sandbox.metadata.unwrap_or_default();
+                let status = sandbox.status.unwrap_or_default();
+                sandboxes.insert(
+                    metadata.id,
+                    FinalSandbox {
+                        name: metadata.name,
+                        generation: status.execution.map_or(0, |e| e.generation),
+                        phase: Phase::from_proto(status.phase),
+                        operation_in_flight: status.operation.is_some(),
+                    },
+                );
+            }
+            if page.next_page_token.is_empty() {
+                complete = true;
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        if complete {
+            return Some(sandboxes);
+        }
+    }
+    None
+}
+
+/// Runs one process-mode campaign.
+pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Report, ChaosError> {
+    if !palisade.exists() {
+        return Err(ChaosError::Process(format!(
+            "{} does not exist; build it with cargo build -p palisade-gateway",
+            palisade.display()
+        )));
+    }
+    let started = Instant::now();
+    let clock = Clock::new();
+    let history = Arc::new(History::new(clock));
+    let fault_plan = config
+        .nemeses
+        .contains(&NemesisKind::Driver)
+        .then(|| DRIVER_FAULT_PLAN.replace("SEED", &config.seed.to_string()));
+    let processes = Arc::new(Processes::start(config.replicas, palisade, fault_plan)?);
+    let result = drive(config, &processes, &history).await;
+    // Clean up whatever happened: gateways, then every execution they left.
+    processes.kill_all();
+    let driver = ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf());
+    let executions = tokio::time::timeout(Duration::from_secs(10), driver.list())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let sandbox_ids: BTreeSet<String> = executions.iter().map(|(id, _, _)| id.clone()).collect();
+    for sandbox_id in sandbox_ids {
+        let _ = tokio::time::timeout(Duration::from_secs(10), driver.remove(&sandbox_id)).await;
+    }
+    let (faults, final_applied_index, sandboxes, replicas) = result?;
+    let (operations, replays, fault_events, _) = history.snapshot();
+    let executions: BTreeMap<(String, u64), HostExecution> = executions
+        .into_iter()
+        .filter_map(|(id, generation, status)| match status {
+            ExecutionStatus::Running { .. } => Some(((id, generation), HostExecution::Running)),
+            ExecutionStatus::Exited { .. } => Some(((id, generation), HostExecution::Stopped)),
+            ExecutionStatus::Absent => None,
+        })
+        .collect();
+    let evidence = Evidence {
+        operations,
+        replays,
+        faults: fault_events,
+        effects: None,
+        executions: sandboxes.as_ref().map(|_| executions),
+        final_sandboxes: sandboxes,
+        replicas,
+    };
+    let (anomalies, checks) = checker::check(&evidence);
+    let (refused, unattributed) = processes.proxies.counts();
+    Ok(report(
+        config,
+        "processes",
+        &evidence,
+        anomalies,
+        checks,
+        Counters {
+            faults,
+            driver_faults: BTreeMap::new(),
+            messages: BTreeMap::from([
+                ("connections-refused".to_string(), refused),
+                ("connections-unattributed".to_string(), unattributed),
+            ]),
+            points_reached: BTreeMap::new(),
+        },
+        final_applied_index,
+        started.elapsed(),
+    ))
+}
+
+type Driven = (
+    BTreeMap<String, u64>,
+    Option<u64>,
+    Option<BTreeMap<String, FinalSandbox>>,
+    Result<Vec<ReplicaState>, String>,
+);
+
+async fn drive(
+    config: &CampaignConfig,
+    processes: &Arc<Processes>,
+    history: &Arc<History>,
+) -> Result<Driven, ChaosError> {
+    wait_for_leader(processes, FIRST_LEADER_WAIT_MAX).await?;
+    let endpoints = Endpoints::new(&processes.endpoints())
+        .map_err(|error| ChaosError::Config(format!("bad endpoint: {error}")))?;
+    let workload_config =
+        WorkloadConfig::new(config.operations, config.clients, config.names, config.seed);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let nemesis = tokio::spawn(nemesis(
+        processes.clone(),
+        config.nemeses.clone(),
+        history.clone(),
+        config.seed,
+        stop_rx,
+    ));
+    workload::run(
+        workload_config.clone(),
+        endpoints.clone(),
+        history.clone(),
+        config.seed,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    let faults = nemesis
+        .await
+        .map_err(|error| ChaosError::Config(format!("the nemesis task failed: {error}")))?;
+    processes.heal()?;
+    history.fault("heal", "all faults healed");
+    wait_for_leader(processes, FIRST_LEADER_WAIT_MAX).await?;
+
+    // Settle: no operation in flight.
+    let uris = processes.endpoints();
+    let deadline = Instant::now() + SETTLE_WAIT_MAX;
+    let mut sandboxes = list_all(&uris).await;
+    while Instant::now() < deadline
+        && sandboxes
+            .as_ref()
+            .is_none_or(|all| all.values().any(|sandbox| sandbox.operation_in_flight))
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sandboxes = list_all(&uris).await;
+    }
+    workload::final_reads(&workload_config, &endpoints, history, config.seed).await;
+
+    // Converge: every replica at the same applied index, digests compared.
+    let deadline = Instant::now() + CONVERGE_WAIT_MAX;
+    let (replicas, index) = loop {
+        let infos = infos(processes).await;
+        let commit = infos
+            .iter()
+            .find(|(node_id, info)| info.leader_id == Some(*node_id))
+            .map(|(_, info)| info.commit_index);
+        let states: Vec<ReplicaState> = infos
+            .iter()
+            .map(|(node_id, info)| ReplicaState {
+                node_id: *node_id,
+                applied_index: info.applied_index,
+                digest: info.state_digest.clone(),
+            })
+            .collect();
+        let equal = states.len() == processes.node_ids().len()
+            && states
+                .windows(2)
+                .all(|pair| pair[0].applied_index == pair[1].applied_index)
+            && commit.is_some_and(|commit| {
+                states
+                    .first()
+                    .is_some_and(|state| state.applied_index >= commit)
+            });
+        if equal {
+            let index = states.first().map(|state| state.applied_index);
+            break (Ok(states), index);
+        }
+        if Instant::now() >= deadline {
+            break (
+                Err(format!(
+                    "replicas did not reach the same applied index within {CONVERGE_WAIT_MAX:?}: {:?}",
+                    states
+                        .iter()
+                        .map(|state| (state.node_id, state.applied_index))
+                        .collect::<Vec<_>>()
+                )),
+                None,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let sandboxes = list_all(&uris).await;
+    Ok((faults, index, sandboxes, replicas))
+}

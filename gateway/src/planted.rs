@@ -1,0 +1,51 @@
+//! TEST-ONLY planted bugs, so that the chaos harness can prove its checkers
+//! catch them (`palisade-chaos`, issue 7). The switches are compiled in
+//! only with the cargo feature `planted-bugs` (off by default, enabled only
+//! by the chaos crate's tests and its `--plant` flag), and even then every
+//! switch is off until a test turns it on at run time. Without the feature
+//! both functions are a constant `false`.
+//!
+//! The third planted bug, (a) "skip the expected-id check at apply", lives
+//! in `palisade_lifecycle::planted`.
+
+#[cfg(feature = "planted-bugs")]
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Planted bug (b): when set, the executor drops its term fence — it
+/// neither confirms its leadership with a quorum before an effect or a
+/// completion nor proposes completions with `with_leader(term)`, so a
+/// deposed leader's effect or completion from an old term gets through.
+#[cfg(feature = "planted-bugs")]
+pub static SKIP_TERM_FENCE: AtomicBool = AtomicBool::new(false);
+
+/// Planted bug (c): when set, DeleteSandbox answers "deleted" as soon as
+/// its `BeginDelete` entry commits, before the driver removed anything and
+/// before the sandbox left the state.
+#[cfg(feature = "planted-bugs")]
+pub static ACK_DELETE_BEFORE_CLEANUP: AtomicBool = AtomicBool::new(false);
+
+/// True when planted bug (b) is on. Always false without the feature.
+#[inline]
+pub fn skip_term_fence() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        SKIP_TERM_FENCE.load(Ordering::SeqCst)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}
+
+/// True when planted bug (c) is on. Always false without the feature.
+#[inline]
+pub fn ack_delete_before_cleanup() -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        ACK_DELETE_BEFORE_CLEANUP.load(Ordering::SeqCst)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        false
+    }
+}

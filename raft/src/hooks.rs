@@ -1,0 +1,137 @@
+//! Fault-injection hooks for tests and the chaos harness (`palisade-chaos`):
+//! where a replica lets a harness interfere. Production replicas run
+//! without any (every hook is optional and absent by default), and an
+//! absent hook costs one `Option` check.
+//!
+//! - [`LinkFaults`]: consulted by the peer transport
+//!   ([`PeerClients`](crate::network::PeerClients)) before each message to
+//!   another replica: deliver it, drop it (reported as unreachable), delay
+//!   it, deliver it twice, or deliver it and lose the answer. Partitions and
+//!   message loss are built on it.
+//! - [`FaultPoints`]: awaited at chosen points inside a request, so that a
+//!   harness can hand leadership off, crash the replica, or hold the task
+//!   exactly there: after a `Begin*` entry committed (before the effect),
+//!   after the driver effect (before `Complete*` is proposed), while a
+//!   follower forwards a write to the leader, and while a snapshot is
+//!   installed.
+//!
+//! The traits live here, at the bottom of the crates that call them
+//! (`palisade-raft` for the transport and the state machine,
+//! `palisade-gateway` for the executor), so that no production crate
+//! depends on the harness.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::types::NodeId;
+
+/// The kinds of peer messages, as [`LinkFaults`] sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PeerRpc {
+    /// A unary AppendEntries.
+    AppendEntries,
+    /// One request on a streamed AppendEntries.
+    StreamAppend,
+    /// A vote or pre-vote request.
+    Vote,
+    /// A snapshot transfer.
+    InstallSnapshot,
+    /// A leadership transfer.
+    TransferLeader,
+    /// A client write forwarded to the leader.
+    ForwardWrite,
+    /// A read-index request to the leader.
+    ReadIndex,
+}
+
+/// What happens to one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkVerdict {
+    /// Delivered normally.
+    Deliver,
+    /// Not delivered; the sender sees the peer as unreachable.
+    Drop,
+    /// Delivered after this delay (counted against the message's deadline).
+    Delay(Duration),
+    /// Delivered twice; the sender sees one of the answers. (Streamed
+    /// AppendEntries requests, snapshots and read-index requests are
+    /// delivered once: a stream cannot carry a duplicate without breaking
+    /// its request/response pairing, and a duplicate read changes nothing.)
+    Duplicate,
+    /// Delivered, and its answer lost: the sender sees the peer as
+    /// unreachable although the message took effect. (On a stream, and for
+    /// a snapshot, this cuts it, like [`LinkVerdict::Drop`].)
+    DropReply,
+}
+
+/// Decides the fate of each peer message. Called before every message,
+/// from any task: keep it quick and non-blocking.
+pub trait LinkFaults: Send + Sync + Debug + 'static {
+    /// The verdict for a message of kind `rpc` from `from` to `to`.
+    fn verdict(&self, from: NodeId, to: NodeId, rpc: PeerRpc) -> LinkVerdict;
+}
+
+/// A point inside a request where a harness may interfere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// The executor took up an operation whose `Begin*` entry committed,
+    /// and is about to perform its driver effect.
+    BeginCommitted {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// Operation kind (`Create`, `Stop`, `Start`, `Delete`).
+        operation: String,
+        /// Target generation.
+        generation: u64,
+        /// The term the executor runs in.
+        term: u64,
+    },
+    /// The executor performed the driver effect and is about to propose
+    /// the matching `Complete*` entry.
+    EffectDone {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// Operation kind.
+        operation: String,
+        /// Target generation.
+        generation: u64,
+        /// The term the executor runs in.
+        term: u64,
+    },
+    /// A follower is about to forward a client write to the leader.
+    Forwarding {
+        /// The leader it forwards to.
+        leader: NodeId,
+        /// The command's name (`BeginCreate`, ...).
+        command: &'static str,
+    },
+    /// The state machine received a snapshot and is about to install it.
+    SnapshotInstall {
+        /// Last log index the snapshot covers.
+        last_index: u64,
+    },
+}
+
+impl FaultPoint {
+    /// Short name of the point: `begin-committed`, `effect-done`,
+    /// `forwarding`, `snapshot-install`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultPoint::BeginCommitted { .. } => "begin-committed",
+            FaultPoint::EffectDone { .. } => "effect-done",
+            FaultPoint::Forwarding { .. } => "forwarding",
+            FaultPoint::SnapshotInstall { .. } => "snapshot-install",
+        }
+    }
+}
+
+/// Awaited at every [`FaultPoint`]. The returned future runs in the task
+/// that reached the point: it may sleep (holding that task there), trigger
+/// a leadership transfer, or never finish (the harness crashes the replica
+/// meanwhile). Most calls should return a ready future.
+pub trait FaultPoints: Send + Sync + Debug + 'static {
+    /// Node `node` reached `point`.
+    fn at(&self, node: NodeId, point: FaultPoint) -> BoxFuture<'static, ()>;
+}
