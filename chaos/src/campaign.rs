@@ -327,7 +327,11 @@ async fn drive(
         history: history.clone(),
         kinds: config.nemeses.clone(),
         rng: nemesis_rng(config.seed),
+        deletes: 0,
         counts: BTreeMap::new(),
+        handoffs: 0,
+        endpoints: endpoints.clone(),
+        request_prefix: workload_config.request_prefix.clone(),
     };
     let nemesis = tokio::spawn(nemesis.run(stop_rx));
     workload::run(

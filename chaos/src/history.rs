@@ -28,6 +28,10 @@ pub type ClientId = usize;
 /// The client id of the reads made after the faults healed.
 pub const FINAL_READER: ClientId = usize::MAX;
 
+/// The client id of the requests the nemesis itself makes (the delete of a
+/// ping-pong handoff, see [`crate::nemesis`]).
+pub const NEMESIS_CLIENT: ClientId = usize::MAX - 1;
+
 /// A sandbox phase as the API reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Phase {
@@ -301,10 +305,10 @@ pub struct Operation {
 impl Operation {
     /// One line for excerpts.
     pub fn line(&self) -> String {
-        let client = if self.client == FINAL_READER {
-            "final".to_string()
-        } else {
-            format!("c{}", self.client)
+        let client = match self.client {
+            FINAL_READER => "final".to_string(),
+            NEMESIS_CLIENT => "nemesis".to_string(),
+            client => format!("c{client}"),
         };
         let returned = self
             .returned_us

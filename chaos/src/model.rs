@@ -46,6 +46,17 @@ pub enum Status {
 pub enum NameState {
     /// No sandbox holds the name.
     Free,
+    /// No sandbox holds the name since a delete removed sandbox `id`. A
+    /// delete of `id` that joined the one in flight (same expected id,
+    /// arrived while it ran) answers "deleted" too; the model lets such an
+    /// answer share the first delete's point. (It would also accept such an
+    /// answer long after, which the implementation never gives: a small
+    /// leniency, in the one place where the model cannot see the delete in
+    /// flight.)
+    Freed {
+        /// The sandbox the delete removed.
+        id: u32,
+    },
     /// A sandbox holds it.
     Taken {
         /// Its id; `None` when it was made by a create whose answer was
@@ -193,6 +204,13 @@ impl Interner {
     }
 }
 
+impl NameState {
+    /// True when no sandbox holds the name.
+    pub fn is_free(&self) -> bool {
+        matches!(self, NameState::Free | NameState::Freed { .. })
+    }
+}
+
 /// The resting statuses an answer's phase allows.
 fn statuses(phase: Phase, transitional: &[Status]) -> Vec<Status> {
     match phase {
@@ -250,7 +268,7 @@ fn effects(state: &NameState, call: &ModelCall) -> Vec<NameState> {
     match call {
         ModelCall::Get => Vec::new(),
         ModelCall::Create => match state {
-            NameState::Free => LAUNCHED
+            NameState::Free | NameState::Freed { .. } => LAUNCHED
                 .iter()
                 .map(|status| NameState::Taken {
                     id: None,
@@ -288,7 +306,7 @@ fn effects(state: &NameState, call: &ModelCall) -> Vec<NameState> {
             _ => Vec::new(),
         },
         ModelCall::Delete { expected } => match holds(state, *expected) {
-            Some(_) => vec![NameState::Free],
+            Some(_) => vec![NameState::Freed { id: *expected }],
             None => Vec::new(),
         },
     }
@@ -306,7 +324,7 @@ fn answered(state: &NameState, call: &ModelCall, reply: &ModelReply) -> Vec<Name
                 phase,
             },
         ) => {
-            if *state != NameState::Free || *generation != 1 {
+            if !state.is_free() || *generation != 1 {
                 return Vec::new();
             }
             statuses(*phase, &LAUNCHED)
@@ -321,12 +339,15 @@ fn answered(state: &NameState, call: &ModelCall, reply: &ModelReply) -> Vec<Name
         }
         (ModelCall::Create, Refused(Refusal::NameTaken)) => match state {
             NameState::Taken { .. } => vec![state.clone()],
-            NameState::Free => Vec::new(),
+            _ => Vec::new(),
         },
-        (ModelCall::Get, Refused(Refusal::NotFound)) => match state {
-            NameState::Free => vec![NameState::Free],
-            NameState::Taken { .. } => Vec::new(),
-        },
+        (ModelCall::Get, Refused(Refusal::NotFound)) => {
+            if state.is_free() {
+                vec![state.clone()]
+            } else {
+                Vec::new()
+            }
+        }
         (
             ModelCall::Get,
             Sandbox {
@@ -460,15 +481,22 @@ fn answered(state: &NameState, call: &ModelCall, reply: &ModelReply) -> Vec<Name
             if id != expected {
                 return Vec::new();
             }
-            match holds(state, *expected) {
-                Some(_) => vec![NameState::Free],
-                None => Vec::new(),
+            match (holds(state, *expected), state) {
+                (Some(_), _) => vec![NameState::Freed { id: *expected }],
+                // Joined the delete in flight (see `NameState::Freed`).
+                (None, NameState::Freed { id: freed }) if freed == expected => {
+                    vec![state.clone()]
+                }
+                _ => Vec::new(),
             }
         }
-        (ModelCall::Delete { .. }, Refused(Refusal::NotFound)) => match state {
-            NameState::Free => vec![NameState::Free],
-            NameState::Taken { .. } => Vec::new(),
-        },
+        (ModelCall::Delete { .. }, Refused(Refusal::NotFound)) => {
+            if state.is_free() {
+                vec![state.clone()]
+            } else {
+                Vec::new()
+            }
+        }
         (ModelCall::Delete { expected }, Refused(Refusal::IdentityMismatch)) => match state {
             NameState::Taken { .. } if may_lack(state, *expected) => {
                 // An unknown id is now known not to be `expected`; the model
@@ -524,7 +552,16 @@ mod tests {
         let delete = |expected| ModelCall::Delete { expected };
         assert_eq!(
             step(&state, &delete(1), &ModelReply::Deleted { id: 1 }),
-            vec![NameState::Free]
+            vec![NameState::Freed { id: 1 }]
+        );
+        // A second delete of the same id that joined the first.
+        assert_eq!(
+            step(
+                &NameState::Freed { id: 1 },
+                &delete(1),
+                &ModelReply::Deleted { id: 1 }
+            ),
+            vec![NameState::Freed { id: 1 }]
         );
         // Deleting the holder while expecting another id is an anomaly.
         assert!(step(&state, &delete(0), &ModelReply::Deleted { id: 1 }).is_empty());

@@ -4,7 +4,7 @@
 //!
 //! | kind | what it does |
 //! |---|---|
-//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. |
+//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. Every other handoff is a *ping-pong* at the begin-committed point of a launch: leadership moves away while the old leader's task is held, the new leader finishes the operation, the nemesis deletes the sandbox through the API (recorded in the history as client `nemesis`), leadership moves *back*, and the held task goes on — in a replica that leads again, in a newer term, so only the term fence stands between it and a launch of a deleted sandbox. |
 //! | `kill` | crashes a replica (the leader more often than not), restarts it from disk after a while |
 //! | `pause` | freezes a replica (see [`crate::cluster`]), resumes it after a while |
 //! | `partition` | isolates a replica, splits the cluster, or adds message loss, delay, duplication and lost answers on every link; heals after a while |
@@ -29,10 +29,12 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::Cluster;
-use crate::history::History;
+use crate::history::{Call, History, NEMESIS_CLIENT, Operation, Reply};
+use crate::workload::{Endpoints, Request, WorkloadConfig, execute};
+use palisade_proto::v1;
 use crate::host::SharedHost;
 use crate::links::{LinkTable, Noise};
-use crate::points::{Fired, PointAction, PointKind, Triggers};
+use crate::points::{Fired, OperationFilter, PointAction, PointKind, Triggers};
 
 /// How long an armed fault point may wait for a replica to reach it.
 pub const TRIGGER_WAIT_MAX: Duration = Duration::from_secs(4);
@@ -128,8 +130,16 @@ pub struct Nemesis {
     pub kinds: Vec<NemesisKind>,
     /// The schedule's RNG.
     pub rng: StdRng,
+    /// Deletes the nemesis made (for request ids).
+    pub deletes: u64,
     /// Faults injected, by kind.
     pub counts: BTreeMap<String, u64>,
+    /// Handoffs so far.
+    pub handoffs: u64,
+    /// The replicas' public endpoints, for the nemesis's own requests.
+    pub endpoints: Endpoints,
+    /// Prefix of the nemesis's request ids.
+    pub request_prefix: String,
 }
 
 impl Nemesis {
@@ -165,6 +175,9 @@ impl Nemesis {
     /// Injects faults until `stop` turns true, then heals everything.
     /// Returns how many faults of each kind were injected.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> BTreeMap<String, u64> {
+        // Rounds: every enabled kind once per round, in a shuffled order, so
+        // that even a short campaign sees each kind of fault.
+        let mut round: Vec<NemesisKind> = Vec::new();
         if !self.kinds.is_empty() {
             loop {
                 let quiet = self.ms(200, 900);
@@ -175,8 +188,11 @@ impl Nemesis {
                 if *stop.borrow() {
                     break;
                 }
-                let kinds = self.kinds.clone();
-                let Some(kind) = kinds.choose(&mut self.rng).copied() else {
+                if round.is_empty() {
+                    round = self.kinds.clone();
+                    rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut self.rng);
+                }
+                let Some(kind) = round.pop() else {
                     break;
                 };
                 match kind {
@@ -323,9 +339,22 @@ impl Nemesis {
         self.history.fault("driver-healed", "driver faults cleared");
     }
 
-    async fn handoff(&mut self) {
+    /// The next handoff: every other one is a ping-pong at the
+    /// begin-committed point of a launch (old-term launches are the effects
+    /// a missing term fence lets through, and the most damaging); the
+    /// others pick a point and a transfer or a crash at random.
+    fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
+        self.handoffs += 1;
+        if self.handoffs % 2 == 1 {
+            return (
+                PointKind::BeginCommitted,
+                PointAction::PingPong {
+                    wait_max: self.ms(2_000, 3_000),
+                },
+                Some(&["Create", "Start"]),
+            );
+        }
         let kind = *[
-            PointKind::BeginCommitted,
             PointKind::BeginCommitted,
             PointKind::EffectDone,
             PointKind::EffectDone,
@@ -333,7 +362,7 @@ impl Nemesis {
             PointKind::SnapshotInstall,
         ]
         .choose(&mut self.rng)
-        .unwrap_or(&PointKind::BeginCommitted);
+        .unwrap_or(&PointKind::EffectDone);
         let action = if self.rng.random_bool(0.5) {
             PointAction::Transfer {
                 hold: self.ms(20, 800),
@@ -341,6 +370,11 @@ impl Nemesis {
         } else {
             PointAction::Crash
         };
+        (kind, action, None)
+    }
+
+    async fn handoff(&mut self) {
+        let (kind, action, operations) = self.next_handoff();
         let mut snapshot_follower = None;
         if kind == PointKind::SnapshotInstall {
             // Make a follower need a snapshot: away while the log moves on
@@ -363,7 +397,7 @@ impl Nemesis {
             }
             snapshot_follower = Some(follower);
         }
-        self.triggers.arm(kind, action);
+        self.triggers.arm(kind, action, operations);
         if let Some(follower) = snapshot_follower {
             self.restart(follower);
         }
@@ -406,6 +440,32 @@ impl Nemesis {
                 );
                 let _ = done.send(());
             }
+            PointAction::PingPong { wait_max } => {
+                let away = self.other_than(node);
+                let moved = match away {
+                    Some(to) => self.cluster.transfer_leader(node, to).await,
+                    None => false,
+                };
+                let gone = match &point {
+                    FaultPoint::BeginCommitted { sandbox_id, .. } if moved => {
+                        self.delete_when_settled(sandbox_id, wait_max).await
+                    }
+                    _ => false,
+                };
+                let back = match self.cluster.leader() {
+                    Some(leader) if moved && leader != node => {
+                        self.cluster.transfer_leader(leader, node).await
+                    }
+                    _ => false,
+                };
+                self.count(
+                    label,
+                    format!(
+                        "{point:?} at node {node}: leadership away to {away:?} (moved: {moved}), sandbox gone: {gone}, back to {node}: {back}"
+                    ),
+                );
+                let _ = done.send(());
+            }
             PointAction::Crash => {
                 let victim = match &point {
                     FaultPoint::Forwarding { leader, .. } => {
@@ -427,6 +487,66 @@ impl Nemesis {
                 self.restart(victim);
             }
         }
+    }
+
+    /// Waits (at most `wait_max`) until the new leader finished the
+    /// operation on `sandbox_id`, then deletes the sandbox through the
+    /// public API, as a client would — recorded in the history as client
+    /// `nemesis`, so every check accounts for it. True once it is gone.
+    async fn delete_when_settled(&mut self, sandbox_id: &str, wait_max: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait_max;
+        let name = loop {
+            let settled = self
+                .cluster
+                .leader()
+                .and_then(|leader| self.cluster.node(leader))
+                .and_then(|node| {
+                    node.replica.state.read(|applied| {
+                        applied
+                            .state
+                            .sandboxes
+                            .get(sandbox_id)
+                            .map(|sandbox| (sandbox.name.clone(), sandbox.operation.is_none()))
+                    })
+                });
+            match settled {
+                Some((name, true)) => break name,
+                None => return false,
+                Some((_, false)) if tokio::time::Instant::now() >= deadline => return false,
+                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        self.deletes += 1;
+        let request_id = format!("{}-nemesis-{}", self.request_prefix, self.deletes);
+        let request = Request::Delete(v1::DeleteSandboxRequest {
+            sandbox: Some(v1::SandboxRef {
+                workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
+                name: name.clone(),
+                id: String::new(),
+            }),
+            request_id: request_id.clone(),
+            expected_sandbox_id: sandbox_id.to_string(),
+            ..Default::default()
+        });
+        let config = WorkloadConfig::new(1, 1, 1, 0);
+        let invoked_us = self.history.clock().now_us();
+        let (reply, returned_us, attempts) =
+            execute(&request, &self.endpoints, &config, &self.history, &mut self.rng).await;
+        let gone = matches!(reply, Reply::Deleted { deleted: true, .. });
+        self.history.record(Operation {
+            index: 0,
+            client: NEMESIS_CLIENT,
+            request_id,
+            call: Call::Delete {
+                name,
+                expected_id: sandbox_id.to_string(),
+            },
+            invoked_us,
+            returned_us,
+            reply,
+            attempts,
+        });
+        gone
     }
 
     /// Disarms the fault points and lets go any task that reached one

@@ -84,6 +84,14 @@ pub enum PointAction {
     },
     /// Crash the replica (for the forwarding point: the leader).
     Crash,
+    /// Move leadership away, wait (at most `wait_max`) until the
+    /// operation's sandbox is gone, move leadership *back* to the replica,
+    /// then let the task go on: it now runs in a replica that leads again,
+    /// in a newer term — only the term fence stops its old-term effect.
+    PingPong {
+        /// Longest wait for the sandbox to go.
+        wait_max: Duration,
+    },
 }
 
 impl PointAction {
@@ -92,6 +100,7 @@ impl PointAction {
         match self {
             PointAction::Transfer { .. } => "transfer",
             PointAction::Crash => "crash",
+            PointAction::PingPong { .. } => "ping-pong",
         }
     }
 }
@@ -109,9 +118,12 @@ pub struct Fired {
     pub done: oneshot::Sender<()>,
 }
 
+/// Which operations an armed executor point fires for (`None`: any).
+pub type OperationFilter = Option<&'static [&'static str]>;
+
 #[derive(Debug, Default)]
 struct Armed {
-    trigger: Option<(PointKind, PointAction)>,
+    trigger: Option<(PointKind, PointAction, OperationFilter)>,
     reached: BTreeMap<&'static str, u64>,
 }
 
@@ -142,9 +154,10 @@ impl Triggers {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Arms one trigger, replacing any other.
-    pub fn arm(&self, kind: PointKind, action: PointAction) {
-        self.lock().trigger = Some((kind, action));
+    /// Arms one trigger, replacing any other. `operations` limits the
+    /// executor points to those operations (`Create`, `Start`, ...).
+    pub fn arm(&self, kind: PointKind, action: PointAction, operations: OperationFilter) {
+        self.lock().trigger = Some((kind, action, operations));
     }
 
     /// Disarms; true if a trigger was still armed (it did not fire).
@@ -164,8 +177,18 @@ impl FaultPoints for Triggers {
         let action = {
             let mut armed = self.lock();
             *armed.reached.entry(kind.name()).or_default() += 1;
+            let operation = match &point {
+                FaultPoint::BeginCommitted { operation, .. }
+                | FaultPoint::EffectDone { operation, .. } => Some(operation.as_str()),
+                _ => None,
+            };
             match armed.trigger {
-                Some((armed_kind, action)) if armed_kind == kind => {
+                Some((armed_kind, action, filter))
+                    if armed_kind == kind
+                        && filter.is_none_or(|allowed| {
+                            operation.is_some_and(|operation| allowed.contains(&operation))
+                        }) =>
+                {
                     armed.trigger = None;
                     action
                 }
@@ -185,8 +208,13 @@ impl FaultPoints for Triggers {
         if kind == PointKind::Forwarding {
             return futures::future::ready(()).boxed();
         }
+        let wait = match action {
+            // Two transfers and the wait for the sandbox to go.
+            PointAction::PingPong { wait_max } => wait_max + 2 * ACTION_WAIT_MAX,
+            _ => ACTION_WAIT_MAX,
+        };
         async move {
-            let _ = tokio::time::timeout(ACTION_WAIT_MAX, acted).await;
+            let _ = tokio::time::timeout(wait, acted).await;
             if let PointAction::Transfer { hold } = action {
                 tokio::time::sleep(hold).await;
             }

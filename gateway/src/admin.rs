@@ -108,7 +108,22 @@ pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
             .unwrap_or_default();
         (applied.last_applied.map_or(0, |id| id.index), digest)
     });
+    let projection = replica.projection.as_ref().map(|projection| {
+        let status = projection.status();
+        v1::ProjectionStatus {
+            state: status.state.as_str().into(),
+            projected_index: status.projected_index,
+            applied_index: status.applied_index,
+            lag_entries: status.lag_entries,
+            lag_ms: status.lag_ms,
+            conflicts: status.conflicts,
+            resyncs: status.resyncs,
+            failures: status.failures,
+            last_error: status.last_error.unwrap_or_default(),
+        }
+    });
     v1::ClusterInfo {
+        projection,
         state_digest,
         node_id: replica.node_id,
         leader_id: metrics.current_leader,

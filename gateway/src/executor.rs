@@ -175,11 +175,10 @@ impl Executor {
     /// and wait (at most one lease) for a quorum to acknowledge it. A newer
     /// term seen meanwhile makes this node step down and this return false.
     async fn confirm_leadership(&self, term: u64) -> bool {
-        // Planted bug (b), test-only: no term fence (see `crate::planted`).
-        if crate::planted::skip_term_fence() {
-            return true;
-        }
-        if !self.still_leads(term) {
+        // Planted bug (b), test-only: leadership is confirmed, but not that
+        // it is still the term the work began in (see `crate::planted`).
+        let fenced = !crate::planted::skip_term_fence();
+        if fenced && !self.still_leads(term) {
             return false;
         }
         let use_lease_else_ask_quorum = LinearizerOption::new(None, true);
@@ -188,7 +187,9 @@ impl Executor {
             .get_read_linearizer(use_lease_else_ask_quorum)
             .await
         {
-            Ok(linearizer) => linearizer.read_log_id().committed_leader_id().term == term,
+            Ok(linearizer) => {
+                !fenced || linearizer.read_log_id().committed_leader_id().term == term
+            }
             Err(_) => false,
         }
     }

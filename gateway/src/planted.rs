@@ -11,10 +11,11 @@
 #[cfg(feature = "planted-bugs")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Planted bug (b): when set, the executor drops its term fence — it
-/// neither confirms its leadership with a quorum before an effect or a
-/// completion nor proposes completions with `with_leader(term)`, so a
-/// deposed leader's effect or completion from an old term gets through.
+/// Planted bug (b): when set, the executor drops its term fence — before an
+/// effect or a completion it confirms that this replica leads, but not
+/// that it still leads in the term the work began in, and it proposes
+/// completions without `with_leader(term)`. A replica that lost leadership
+/// and won it back then carries out its old term's effects and completions.
 #[cfg(feature = "planted-bugs")]
 pub static SKIP_TERM_FENCE: AtomicBool = AtomicBool::new(false);
 

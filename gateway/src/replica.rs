@@ -78,6 +78,8 @@ pub struct Replica {
     pub peers: PeerClients,
     /// Request-path timeouts.
     pub timeouts: ReplicaTimeouts,
+    /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
+    pub projection: Option<palisade_projection::Projection>,
 }
 
 /// How long to wait before asking again who leads, while an election runs.

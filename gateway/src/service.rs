@@ -349,6 +349,40 @@ impl Palisade for PalisadeService {
         }
         let after = decode_page_token(&request.page_token)?;
         self.read_consistency(request.consistency).await?;
+        if request.source == v1::ListSource::Projection as i32 {
+            let projection = self
+                .replica
+                .projection
+                .as_ref()
+                .ok_or_else(crate::projection::not_configured)?;
+            // After a linearizable read the applied index covers every
+            // acknowledged write: waiting for it gives read-your-writes.
+            let read_index = if request.consistency == v1::Consistency::Stale as i32 {
+                0
+            } else {
+                self.replica.state.applied_index()
+            };
+            let query = palisade_projection::SandboxQuery {
+                workspace: (!request.all_workspaces).then(|| workspace.clone()),
+                phases,
+                label_selector,
+                page_size,
+                after,
+            };
+            let page = crate::projection::list_sandboxes(projection, &query, read_index).await?;
+            let cluster = self.cluster();
+            return Ok(Response::new(v1::ListSandboxesResponse {
+                sandboxes: page
+                    .sandboxes
+                    .iter()
+                    .map(|sandbox| sandbox_to_proto(sandbox, cluster.as_ref()))
+                    .collect(),
+                next_page_token: page
+                    .next
+                    .map(|(workspace, name)| encode_page_token(&workspace, &name))
+                    .unwrap_or_default(),
+            }));
+        }
         let page = self.replica.state.read(|applied| {
             let state = &applied.state;
             if !request.all_workspaces && !state.workspaces.contains_key(&workspace) {

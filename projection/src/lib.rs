@@ -14,7 +14,7 @@
 //! replica's state. The projector reads committed entries from its
 //! replica's log (never from the write path: PostgreSQL being down or slow
 //! never holds up a write), replays them through the pure
-//! [`palisade_lifecycle::apply`] on a shadow copy of the state to learn
+//! [`palisade_lifecycle::apply()`] on a shadow copy of the state to learn
 //! each entry's outcome and the rows it changed, and writes each batch in
 //! one transaction that also advances a checkpoint row with a guarded
 //! update (`WHERE applied_index < $new AND applied_index = $from`). A

@@ -108,7 +108,10 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let result = runtime.block_on(async move {
         match cli.command {
-            Some(BenchCommand::Replica(args)) => palisade_gateway::serve::run(args).await,
+            Some(BenchCommand::Replica(args)) => {
+                init_replica_tracing();
+                palisade_gateway::serve::run(args).await
+            }
             None => run(cli.run).await,
         }
     });
@@ -117,6 +120,18 @@ fn main() {
         eprintln!("error: {error:#}");
         std::process::exit(1);
     }
+}
+
+/// A replica logs as `palisade gateway run` does: `PALISADE_LOG` filter,
+/// to stderr (which the benchmark points at the replica's log file).
+fn init_replica_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 /// One replica process; SIGKILLed when dropped.

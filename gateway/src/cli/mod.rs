@@ -491,6 +491,13 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                 "commit_index": info.commit_index,
                 "applied_index": info.applied_index,
                 "state_digest": info.state_digest,
+                "projection": info.projection.as_ref().map(|projection| json!({
+                    "state": projection.state,
+                    "projected_index": projection.projected_index,
+                    "lag_entries": projection.lag_entries,
+                    "lag_ms": projection.lag_ms,
+                    "last_error": projection.last_error,
+                })),
                 "lag": leader_commit.map(|commit| commit.saturating_sub(info.applied_index)),
                 "members": info.members.iter().map(|member| json!({
                     "node_id": member.node_id,
@@ -523,8 +530,19 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                             "-".into(),
                             "-".into(),
                             "-".into(),
+                            "-".into(),
                         ]
                     } else {
+                        let projection = match &view["projection"] {
+                            serde_json::Value::Null => "-".to_string(),
+                            projection => format!(
+                                "{}@{} lag {}/{}ms",
+                                projection["state"].as_str().unwrap_or("?"),
+                                projection["projected_index"],
+                                projection["lag_entries"],
+                                projection["lag_ms"]
+                            ),
+                        };
                         vec![
                             text("endpoint"),
                             text("node_id"),
@@ -534,13 +552,22 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                             text("commit_index"),
                             text("applied_index"),
                             text("lag"),
+                            projection,
                         ]
                     }
                 })
                 .collect();
             print_table(
                 &[
-                    "ENDPOINT", "NODE", "STATE", "LEADER", "TERM", "COMMIT", "APPLIED", "LAG",
+                    "ENDPOINT",
+                    "NODE",
+                    "STATE",
+                    "LEADER",
+                    "TERM",
+                    "COMMIT",
+                    "APPLIED",
+                    "LAG",
+                    "PROJECTION",
                 ],
                 &rows,
             );

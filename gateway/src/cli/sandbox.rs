@@ -48,6 +48,15 @@ impl SandboxSelector {
     }
 }
 
+/// Where `sandbox list` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListSourceArg {
+    /// The replicated state (default).
+    State,
+    /// The PostgreSQL projection.
+    Projection,
+}
+
 /// Restart policy of a new sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RestartPolicyArg {
@@ -118,6 +127,10 @@ pub enum SandboxCommand {
         /// Read this replica's local state (may be behind the leader).
         #[arg(long)]
         stale: bool,
+        /// Where to read: the replicated state, or the PostgreSQL projection
+        /// (read-your-writes; needs replicas started with --postgres-url).
+        #[arg(long, value_enum, default_value_t = ListSourceArg::State)]
+        source: ListSourceArg,
     },
     /// Stream sandbox changes (phase changes, exits, replacements) until
     /// Ctrl-C; resumes after a disconnect or a leader change, on any
@@ -290,6 +303,7 @@ pub async fn run(
             selector,
             page_size,
             stale,
+            source,
         } => {
             let phases = phases
                 .iter()
@@ -301,6 +315,10 @@ pub async fn run(
                 selector: selector.into_iter().collect(),
                 page_size,
                 consistency: consistency(stale),
+                source: match source {
+                    ListSourceArg::State => v1::ListSource::State,
+                    ListSourceArg::Projection => v1::ListSource::Projection,
+                } as i32,
             };
             let sandboxes = list_all(client, workspace, &filter).await?;
             match output {
@@ -478,6 +496,7 @@ struct ListFilter {
     selector: HashMap<String, String>,
     page_size: u32,
     consistency: i32,
+    source: i32,
 }
 
 async fn list_all(
@@ -496,6 +515,7 @@ async fn list_all(
             phases: filter.phases.clone(),
             label_selector: filter.selector.clone(),
             consistency: filter.consistency,
+            source: filter.source,
         };
         let page = client
             .palisade(|mut api| {
@@ -529,6 +549,7 @@ async fn delete_all(
         selector: HashMap::new(),
         page_size,
         consistency: 0,
+        source: 0,
     };
     let listed = list_all(client, workspace, &filter).await?;
     let total = listed.len();
