@@ -129,6 +129,17 @@ fn describe(target: &SandboxTarget) -> String {
     }
 }
 
+/// Request header asking a write to be answered only once the PostgreSQL
+/// projection reached it.
+pub const WAIT_FOR_PROJECTION_HEADER: &str = "palisade-wait-for-projection";
+
+fn wants_projection(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get(WAIT_FOR_PROJECTION_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.eq_ignore_ascii_case("true"))
+}
+
 /// What a finished operation left.
 enum Settled {
     Sandbox(Box<core::Sandbox>),
@@ -228,6 +239,29 @@ impl PalisadeService {
             .await?
     }
 
+    /// With the `palisade-wait-for-projection: true` request header: waits
+    /// until the PostgreSQL projection reached everything this replica
+    /// applied (which includes the write just settled), so SQL consumers
+    /// read it (read-your-writes).
+    async fn projection_caught_up(&self, wait_for_projection: bool) -> Result<(), Status> {
+        if !wait_for_projection {
+            return Ok(());
+        }
+        let projection = self
+            .replica
+            .projection
+            .as_ref()
+            .ok_or_else(crate::projection::not_configured)?;
+        projection
+            .wait_for_index(
+                self.replica.state.applied_index(),
+                crate::projection::PROJECTION_READ_WAIT_MAX,
+            )
+            .await
+            .map_err(crate::projection::status_of)?;
+        Ok(())
+    }
+
     fn sandbox_answer(&self, settled: Settled, what: &str) -> Result<v1::Sandbox, Status> {
         match settled {
             Settled::Sandbox(sandbox) => Ok(sandbox_to_proto(&sandbox, self.cluster().as_ref())),
@@ -264,6 +298,7 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::CreateSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
+        let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
         let workspace = workspace_or_default(&request.workspace).to_string();
         validate::name("workspace", &workspace).map_err(errors::invalid_input)?;
@@ -302,6 +337,7 @@ impl Palisade for PalisadeService {
             request: meta.clone(),
         };
         let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.projection_caught_up(wait_for_projection).await?;
         self.sandbox_answer(settled, "being created")
             .map(Response::new)
     }
@@ -436,6 +472,7 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::StopSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
+        let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
         let (target, expected_execution) = target_and_execution(
             request.sandbox,
@@ -452,6 +489,7 @@ impl Palisade for PalisadeService {
             request: meta.clone(),
         };
         let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.projection_caught_up(wait_for_projection).await?;
         self.sandbox_answer(settled, "stopping").map(Response::new)
     }
 
@@ -459,6 +497,7 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::StartSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
+        let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
         let (target, expected_execution) = target_and_execution(
             request.sandbox,
@@ -475,6 +514,7 @@ impl Palisade for PalisadeService {
             request: meta.clone(),
         };
         let settled = self.run_operation(command, &meta, request.no_wait).await?;
+        self.projection_caught_up(wait_for_projection).await?;
         self.sandbox_answer(settled, "starting").map(Response::new)
     }
 
@@ -482,6 +522,7 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::DeleteSandboxRequest>,
     ) -> Result<Response<v1::DeleteSandboxResponse>, Status> {
+        let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
         let (target, expected_execution) = target_and_execution(
             request.sandbox,
@@ -520,10 +561,11 @@ impl Palisade for PalisadeService {
         // Planted bug (c), test-only: answer "deleted" once the delete is
         // committed, before any cleanup (see `crate::planted`).
         let acknowledge_early = crate::planted::ack_delete_before_cleanup();
-        match self
+        let settled = self
             .run_operation(command, &meta, request.no_wait || acknowledge_early)
-            .await?
-        {
+            .await?;
+        self.projection_caught_up(wait_for_projection).await?;
+        match settled {
             Settled::Gone { sandbox_id } => Ok(Response::new(v1::DeleteSandboxResponse {
                 id: sandbox_id,
                 deleted: true,
