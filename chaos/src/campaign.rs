@@ -20,7 +20,7 @@ use crate::ChaosError;
 use crate::checker::{self, Anomaly, CheckStats, Evidence, FinalSandbox, ReplicaState};
 use crate::clock::{Clock, seconds};
 use crate::cluster::{Cluster, ClusterConfig};
-use crate::history::{History, Phase};
+use crate::history::{FaultEvent, History, Phase};
 use crate::host::SharedHost;
 use crate::links::LinkTable;
 use crate::nemesis::{Nemesis, NemesisKind, nemesis_rng};
@@ -67,12 +67,12 @@ pub struct CampaignConfig {
 }
 
 impl CampaignConfig {
-    /// The default campaign for `seed`: 300 operations, 5 clients on 6
+    /// The default campaign for `seed`: 400 operations, 5 clients on 6
     /// names, 3 replicas, every nemesis, in process.
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
-            operations: 300,
+            operations: 400,
             clients: 5,
             names: 6,
             replicas: 3,
@@ -124,6 +124,8 @@ pub struct Report {
     pub final_applied_index: Option<u64>,
     /// What the checks found.
     pub anomalies: Vec<Anomaly>,
+    /// Every fault event, in order (`palisade-chaos run --timeline`).
+    pub timeline: Vec<FaultEvent>,
     /// Wall-clock duration, seconds.
     pub duration_seconds: f64,
 }
@@ -132,6 +134,21 @@ impl Report {
     /// True when the checks found nothing.
     pub fn is_clean(&self) -> bool {
         self.anomalies.is_empty()
+    }
+
+    /// The fault timeline, one event a line.
+    pub fn timeline_lines(&self) -> Vec<String> {
+        self.timeline
+            .iter()
+            .map(|event| {
+                format!(
+                    "{:>9} {:<40} {}",
+                    seconds(event.at_us),
+                    event.kind,
+                    event.detail
+                )
+            })
+            .collect()
     }
 }
 
@@ -540,6 +557,7 @@ pub(crate) fn report(
         checks,
         final_applied_index,
         anomalies,
+        timeline: evidence.faults.clone(),
         duration_seconds: duration.as_secs_f64(),
     }
 }

@@ -34,6 +34,10 @@ pub struct Cli {
 pub enum ChaosCommand {
     /// Run one campaign, or one per seed with --seeds.
     Run(RunArgs),
+    /// `palisade gateway run`, the same code: lets the process mode run
+    /// from this binary alone (its tests do).
+    #[command(subcommand, hide = true)]
+    Gateway(Box<palisade_gateway::cli::GatewayCommand>),
 }
 
 /// Where the replicas run.
@@ -56,7 +60,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub seeds: u64,
     /// Operations per campaign.
-    #[arg(long = "ops", default_value_t = 300)]
+    #[arg(long = "ops", default_value_t = 400)]
     pub operations: usize,
     /// Faults to inject, comma-separated: handoff, kill, pause, partition,
     /// driver; or `all`, or `none`.
@@ -81,6 +85,9 @@ pub struct RunArgs {
     /// Print each report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also print the fault timeline of each campaign.
+    #[arg(long)]
+    pub timeline: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
     /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack.
     #[arg(long)]
@@ -130,6 +137,16 @@ pub fn palisade_next_to_me() -> Option<PathBuf> {
 pub async fn run(cli: Cli) -> i32 {
     match cli.command {
         ChaosCommand::Run(args) => run_campaigns(args).await,
+        ChaosCommand::Gateway(command) => {
+            let palisade_gateway::cli::GatewayCommand::Run(args) = *command;
+            match palisade_gateway::serve::run(args).await {
+                Ok(()) => 0,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    1
+                }
+            }
+        }
     }
 }
 
@@ -200,6 +217,12 @@ async fn run_campaigns(args: RunArgs) -> i32 {
             }
         } else {
             print!("{report}");
+            if args.timeline {
+                println!("  fault timeline:");
+                for line in report.timeline_lines() {
+                    println!("    {line}");
+                }
+            }
         }
         if !report.is_clean() {
             failing.push(seed);

@@ -449,33 +449,59 @@ impl Cluster {
         moved.is_ok()
     }
 
-    /// Makes the leader build a snapshot and purge its log up to it, so
-    /// that a replica that was away must install the snapshot. True if a
-    /// snapshot was built.
-    pub async fn snapshot_and_purge(&self, leader: NodeId) -> bool {
-        let Some(raft) = self.raft(leader) else {
+    /// Waits (bounded) until `node` leads and has applied an entry of its
+    /// own term: its leadership is established and its writes go through.
+    pub async fn wait_established(&self, node: NodeId) -> bool {
+        let Some(raft) = self.raft(node) else {
             return false;
         };
+        raft.wait(Some(TRANSFER_WAIT_MAX))
+            .metrics(
+                |metrics| {
+                    metrics.current_leader == Some(node)
+                        && metrics
+                            .last_applied
+                            .is_some_and(|applied| applied.leader_id.term == metrics.current_term)
+                },
+                "leadership established",
+            )
+            .await
+            .is_ok()
+    }
+
+    /// Makes the leader build a snapshot and purge its log up to it, so
+    /// that a replica that was away must install the snapshot. Returns the
+    /// leader's purged index afterwards (`None`: nothing was purged).
+    pub async fn snapshot_and_purge(&self, leader: NodeId) -> Option<u64> {
+        let raft = self.raft(leader)?;
         let before = raft.metrics().borrow_watched().snapshot;
         if !matches!(
             tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().snapshot()).await,
             Ok(Ok(()))
         ) {
-            return false;
+            return None;
         }
         let built = raft
             .wait(Some(RAFT_CALL_TIMEOUT))
             .metrics(|metrics| metrics.snapshot > before, "snapshot built")
-            .await;
-        let Ok(metrics) = built else {
-            return false;
-        };
-        if let Some(snapshot) = metrics.snapshot {
-            let _ =
-                tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().purge_log(snapshot.index))
-                    .await;
-        }
-        true
+            .await
+            .ok()?;
+        let snapshot = built.snapshot?;
+        let _ =
+            tokio::time::timeout(RAFT_CALL_TIMEOUT, raft.trigger().purge_log(snapshot.index)).await;
+        let purged = raft
+            .wait(Some(RAFT_CALL_TIMEOUT))
+            .metrics(
+                |metrics| {
+                    metrics
+                        .purged
+                        .is_some_and(|purged| purged.index >= snapshot.index)
+                },
+                "log purged",
+            )
+            .await
+            .ok()?;
+        purged.purged.map(|purged| purged.index)
     }
 
     /// What every running replica reports.

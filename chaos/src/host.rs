@@ -253,8 +253,8 @@ impl SharedHost {
     fn do_launch(&self, spec: &LaunchSpec) -> ExecutionHandle {
         let mut state = self.lock();
         let key = (spec.sandbox_id.clone(), spec.generation);
-        if !state.executions.contains_key(&key) {
-            state.executions.insert(key, HostExecution::Running);
+        if let std::collections::btree_map::Entry::Vacant(vacant) = state.executions.entry(key) {
+            vacant.insert(HostExecution::Running);
             self.record(
                 &mut state,
                 EffectKind::Launch,

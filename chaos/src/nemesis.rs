@@ -30,11 +30,11 @@ use tokio::sync::{mpsc, watch};
 
 use crate::cluster::Cluster;
 use crate::history::{Call, History, NEMESIS_CLIENT, Operation, Reply};
-use crate::workload::{Endpoints, Request, WorkloadConfig, execute};
-use palisade_proto::v1;
 use crate::host::SharedHost;
 use crate::links::{LinkTable, Noise};
 use crate::points::{Fired, OperationFilter, PointAction, PointKind, Triggers};
+use crate::workload::{Endpoints, Request, WorkloadConfig, execute};
+use palisade_proto::v1;
 
 /// How long an armed fault point may wait for a replica to reach it.
 pub const TRIGGER_WAIT_MAX: Duration = Duration::from_secs(4);
@@ -176,11 +176,14 @@ impl Nemesis {
     /// Returns how many faults of each kind were injected.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> BTreeMap<String, u64> {
         // Rounds: every enabled kind once per round, in a shuffled order, so
-        // that even a short campaign sees each kind of fault.
+        // that even a short campaign sees each kind of fault; the first
+        // round begins with a handoff (and the first handoff is a
+        // ping-pong), the fault this harness exists for.
         let mut round: Vec<NemesisKind> = Vec::new();
+        let mut first_round = true;
         if !self.kinds.is_empty() {
             loop {
-                let quiet = self.ms(200, 900);
+                let quiet = self.ms(100, 600);
                 tokio::select! {
                     _ = tokio::time::sleep(quiet) => {}
                     _ = stop.wait_for(|stopped| *stopped) => break,
@@ -191,6 +194,14 @@ impl Nemesis {
                 if round.is_empty() {
                     round = self.kinds.clone();
                     rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut self.rng);
+                    if first_round
+                        && let Some(at) = round.iter().position(|k| *k == NemesisKind::Handoff)
+                    {
+                        // `pop` takes from the end.
+                        let last = round.len() - 1;
+                        round.swap(at, last);
+                    }
+                    first_round = false;
                 }
                 let Some(kind) = round.pop() else {
                     break;
@@ -455,6 +466,7 @@ impl Nemesis {
                 let back = match self.cluster.leader() {
                     Some(leader) if moved && leader != node => {
                         self.cluster.transfer_leader(leader, node).await
+                            && self.cluster.wait_established(node).await
                     }
                     _ => false,
                 };
@@ -495,27 +507,27 @@ impl Nemesis {
     /// `nemesis`, so every check accounts for it. True once it is gone.
     async fn delete_when_settled(&mut self, sandbox_id: &str, wait_max: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + wait_max;
-        let name = loop {
-            let settled = self
-                .cluster
-                .leader()
-                .and_then(|leader| self.cluster.node(leader))
-                .and_then(|node| {
-                    node.replica.state.read(|applied| {
-                        applied
-                            .state
-                            .sandboxes
-                            .get(sandbox_id)
-                            .map(|sandbox| (sandbox.name.clone(), sandbox.operation.is_none()))
-                    })
-                });
-            match settled {
-                Some((name, true)) => break name,
-                None => return false,
-                Some((_, false)) if tokio::time::Instant::now() >= deadline => return false,
-                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
+        let name =
+            loop {
+                let settled =
+                    self.cluster
+                        .leader()
+                        .and_then(|leader| self.cluster.node(leader))
+                        .and_then(|node| {
+                            node.replica.state.read(|applied| {
+                                applied.state.sandboxes.get(sandbox_id).map(|sandbox| {
+                                    (sandbox.name.clone(), sandbox.operation.is_none())
+                                })
+                            })
+                        });
+                match settled {
+                    Some((name, true)) => break name,
+                    // No leader yet, or it has not applied the operation yet, or
+                    // it is still in flight.
+                    _ if tokio::time::Instant::now() >= deadline => return false,
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
         self.deletes += 1;
         let request_id = format!("{}-nemesis-{}", self.request_prefix, self.deletes);
         let request = Request::Delete(v1::DeleteSandboxRequest {
@@ -530,8 +542,14 @@ impl Nemesis {
         });
         let config = WorkloadConfig::new(1, 1, 1, 0);
         let invoked_us = self.history.clock().now_us();
-        let (reply, returned_us, attempts) =
-            execute(&request, &self.endpoints, &config, &self.history, &mut self.rng).await;
+        let (reply, returned_us, attempts) = execute(
+            &request,
+            &self.endpoints,
+            &config,
+            &self.history,
+            &mut self.rng,
+        )
+        .await;
         let gone = matches!(reply, Reply::Deleted { deleted: true, .. });
         self.history.record(Operation {
             index: 0,

@@ -320,8 +320,10 @@ async fn nemesis(
         history.fault(kind.to_string(), detail);
         *counts.entry(kind.to_string()).or_default() += 1;
     };
+    // Rounds, as in process: every kind once per round, shuffled.
+    let mut round: Vec<NemesisKind> = Vec::new();
     while !kinds.is_empty() {
-        let quiet = Duration::from_millis(rng.random_range(300..1_200));
+        let quiet = Duration::from_millis(rng.random_range(100..600));
         tokio::select! {
             _ = tokio::time::sleep(quiet) => {}
             _ = stop.wait_for(|stopped| *stopped) => break,
@@ -336,7 +338,11 @@ async fn nemesis(
             _ => *nodes.choose(&mut rng).unwrap_or(&1),
         };
         let held = Duration::from_millis(rng.random_range(400..2_000));
-        match kinds.choose(&mut rng).copied() {
+        if round.is_empty() {
+            round = kinds.clone();
+            rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut rng);
+        }
+        match round.pop() {
             Some(NemesisKind::Kill) => {
                 processes.kill(victim);
                 count("kill", format!("SIGKILL node {victim}"), &mut counts);

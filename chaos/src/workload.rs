@@ -107,7 +107,7 @@ pub enum Request {
 
 /// What one attempt got.
 enum Answer {
-    Sandbox(v1::Sandbox),
+    Sandbox(Box<v1::Sandbox>),
     Deleted(v1::DeleteSandboxResponse),
 }
 
@@ -127,19 +127,19 @@ impl Request {
                 Request::Create(message) => client
                     .create_sandbox(with_timeout(message.clone(), timeout))
                     .await
-                    .map(|response| Answer::Sandbox(response.into_inner())),
+                    .map(|response| Answer::Sandbox(Box::new(response.into_inner()))),
                 Request::Get(message) => client
                     .get_sandbox(with_timeout(message.clone(), timeout))
                     .await
-                    .map(|response| Answer::Sandbox(response.into_inner())),
+                    .map(|response| Answer::Sandbox(Box::new(response.into_inner()))),
                 Request::Stop(message) => client
                     .stop_sandbox(with_timeout(message.clone(), timeout))
                     .await
-                    .map(|response| Answer::Sandbox(response.into_inner())),
+                    .map(|response| Answer::Sandbox(Box::new(response.into_inner()))),
                 Request::Start(message) => client
                     .start_sandbox(with_timeout(message.clone(), timeout))
                     .await
-                    .map(|response| Answer::Sandbox(response.into_inner())),
+                    .map(|response| Answer::Sandbox(Box::new(response.into_inner()))),
                 Request::Delete(message) => client
                     .delete_sandbox(with_timeout(message.clone(), timeout))
                     .await

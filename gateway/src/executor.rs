@@ -42,6 +42,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::driver::{ComputeDriver, DriverError, ExecutionStatus, LaunchSpec};
 
+/// How long a new leader's executor waits for openraft's metrics to show
+/// its leadership (they are published just after the leader-change
+/// callback runs).
+const METRICS_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Tuning of the executor.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -195,6 +200,22 @@ impl Executor {
     }
 
     async fn run(self: Arc<Self>, term: u64, mut stop: watch::Receiver<bool>) {
+        // openraft calls the leader-change callback before it publishes the
+        // metrics that show the new term; until they do, `still_leads`
+        // would say no and the loop below would end at once, leaving every
+        // pending operation of this term undone. Wait for them (bounded).
+        let node_id = self.node_id;
+        let _ = self
+            .raft
+            .wait(Some(METRICS_CATCH_UP_TIMEOUT))
+            .metrics(
+                |metrics| {
+                    metrics.current_term > term
+                        || (metrics.current_term == term && metrics.current_leader == Some(node_id))
+                },
+                "metrics show this node's leadership",
+            )
+            .await;
         // Sandboxes with an effect running; one effect per sandbox at a time.
         let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
         let permits = Arc::new(Semaphore::new(self.config.effects_in_flight_max));

@@ -12,6 +12,9 @@ fn main() {
         std::process::exit(code);
     }
     let cli = Cli::parse();
+    if let Command::Chaos(chaos) = cli.command {
+        std::process::exit(palisade_gateway::cli::chaos::exec(chaos.args));
+    }
     let server = matches!(cli.command, Command::Up(_) | Command::Gateway(_));
     if server {
         init_tracing();

@@ -718,3 +718,37 @@ async fn sigterm_drains_in_flight_requests_and_refuses_new_ones() {
     assert!(status.success(), "{status:?}");
     assert!(support::pids_running(&["sleep", MARKER]).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_new_leader_runs_its_executor() {
+    // Leadership moves round the cluster again and again; after each move a
+    // create must complete, which takes the new leader's executor (launch,
+    // then the completion). A new leader whose executor failed to start
+    // would leave the create pending for ever.
+    const TRANSFERS: u64 = 40;
+    const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+    let cluster = Cluster::start(3, &["--driver", "noop"]);
+    let all = cluster.node_ids();
+    let (mut leader, _) = cluster.wait_for_leader(&all).await;
+    let mut client = failover_client(cluster.all_uris());
+    for round in 0..TRANSFERS {
+        let target = all[((leader as usize) % all.len())];
+        let admin_channel = channel(&cluster.replica(target).uri(), Duration::from_secs(30))
+            .await
+            .expect("connect");
+        palisade_proto::v1::cluster_admin_client::ClusterAdminClient::new(admin_channel)
+            .transfer_leader(v1::TransferLeaderRequest { node_id: target })
+            .await
+            .unwrap_or_else(|status| panic!("transfer {round} to {target}: {status:?}"));
+        let (now_leading, _) = cluster.wait_for_leader(&all).await;
+        assert_eq!(now_leading, target);
+        leader = target;
+        let name = format!("after-transfer-{round}");
+        let created =
+            tokio::time::timeout(CREATE_TIMEOUT, create(&mut client, &name, Vec::new())).await;
+        assert!(
+            created.is_ok(),
+            "the create after transfer {round} (to node {target}) did not complete: its executor is not running"
+        );
+    }
+}

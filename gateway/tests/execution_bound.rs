@@ -42,6 +42,31 @@ use tonic::Code;
 /// How long a phase of a test may take on a loaded two-core machine.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// On a failing test, keeps the replicas' logs: copies the cluster's
+/// directory (minus Raft data) to `$TMPDIR/palisade-failed-TEST`.
+struct KeepLogsOnFailure {
+    root: std::path::PathBuf,
+    test: &'static str,
+}
+
+impl Drop for KeepLogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let kept = std::env::temp_dir().join(format!("palisade-failed-{}", self.test));
+        for entry in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            let log = entry.path().join("gateway.log");
+            if log.is_file() {
+                let into = kept.join(entry.file_name());
+                let _ = std::fs::create_dir_all(&into);
+                let _ = std::fs::copy(&log, into.join("gateway.log"));
+            }
+        }
+        eprintln!("replica logs kept in {}", kept.display());
+    }
+}
+
 fn by_name(name: &str) -> Option<v1::SandboxRef> {
     Some(v1::SandboxRef {
         workspace: "default".into(),
@@ -97,7 +122,7 @@ fn stop_request(
         sandbox,
         request_id: request_id.into(),
         expected_execution: token.into(),
-        no_wait: false,
+        ..Default::default()
     }
 }
 
@@ -305,7 +330,7 @@ async fn stale_tokens_stop_nothing_and_request_ids_replay() {
         sandbox: by_name("s"),
         request_id: "stale-start".into(),
         expected_execution: token_a.clone(),
-        no_wait: false,
+        ..Default::default()
     };
     expect_refusal(
         start(&mut client, &stale_start).await,
@@ -528,6 +553,10 @@ async fn stale_stops_racing_the_replacement_never_stop_it() {
     const SANDBOXES: usize = 3;
     const RACERS: usize = 6;
     let mut cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "stale_stops_racing",
+    };
     let all = cluster.node_ids();
     let (leader, _) = cluster.wait_for_leader(&all).await;
     let uris = cluster.all_uris();
@@ -586,7 +615,7 @@ async fn stale_stops_racing_the_replacement_never_stop_it() {
                 let mut client = failover_client(rotated);
                 let answers = answers.clone();
                 let request = stop_request(
-                    if racer % 2 == 0 { by_id(&id) } else { None },
+                    if racer % 2 == 0 { by_id(id) } else { None },
                     token,
                     &uuid::Uuid::new_v4().to_string(),
                 );
@@ -627,15 +656,15 @@ async fn stale_stops_racing_the_replacement_never_stop_it() {
         while let Some(joined) = tasks.join_next().await {
             joined.expect("a racing client failed");
         }
-        let answers = answers.lock().unwrap();
-        let stale = answers
-            .iter()
-            .filter(|answer| matches!(answer, StaleAnswer::Stale))
-            .count();
-        eprintln!(
-            "round {round}: {} stale stops, {stale} refused as stale",
-            answers.len()
-        );
+        let (total, stale) = {
+            let answers = answers.lock().unwrap();
+            let stale = answers
+                .iter()
+                .filter(|answer| matches!(answer, StaleAnswer::Stale))
+                .count();
+            (answers.len(), stale)
+        };
+        eprintln!("round {round}: {total} stale stops, {stale} refused as stale");
         assert!(stale > 0, "no stale stop raced the replacement");
 
         // Every replacement runs: generation + 1, its process alive.
@@ -709,7 +738,7 @@ async fn uncertain_stops_stay_pending_until_observed_and_replay_as_stopped() {
     // Every stop takes effect and loses its answer, five times over; every
     // inspection is slow and uncertain. Only the sixth stop call (which
     // finds the execution gone) confirms it. Each replica's fault driver
-    // counts its own calls, so a new leader goes through the same.
+    // counts its own calls: a replica that never led starts afresh.
     const PLAN: &str = r#"{"stop": {"uncertain_after_first": 5}, "inspect": {"latency_ms": 300, "uncertain_before_first": 1000000}}"#;
     let mut cluster = Cluster::start(3, &["--driver", "fault", "--fault-plan", PLAN]);
     let all = cluster.node_ids();
@@ -776,9 +805,11 @@ async fn uncertain_stops_stay_pending_until_observed_and_replay_as_stopped() {
     assert!(alive(pid_b));
 
     // An uncertain stop of B, and the leader is killed while it is
-    // pending: the next leader resolves it (its own stops are uncertain
-    // too) and the retry answers STOPPED.
-    let (leader, _) = cluster.wait_for_leader(&all).await;
+    // pending: the next leader resolves it and the retry answers STOPPED.
+    // (The first leader's driver used up its faults; a replica that never
+    // led has all of its own, so it leads now.)
+    let fresh = *all.iter().find(|node| **node != leader).unwrap();
+    let leader = transfer_leader(&cluster, &all, fresh).await;
     let stop_b = stop_request(by_id(&id), &token_b, "uncertain-stop-b");
     let follower = all.iter().copied().find(|node| *node != leader).unwrap();
     let mut short = direct_client(&cluster.replica(follower).uri(), Duration::from_secs(1)).await;

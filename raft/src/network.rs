@@ -970,6 +970,17 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {
         Box::pin(async move {
+            // openraft waits out its backoff (after the peer was unreachable)
+            // while producing the next request. Take the first request before
+            // connecting, so that a peer that refuses connections is retried
+            // after the backoff; connecting first would fail before the
+            // request stream is ever polled, and replication would retry in a
+            // hot loop for as long as the peer is down.
+            let mut input = input;
+            let Some(first) = input.next().await else {
+                return Ok(Box::pin(futures::stream::empty()) as BoxStream<'s, _>);
+            };
+            let input = futures::stream::once(futures::future::ready(first)).chain(input);
             let deadline = option.soft_ttl();
             let mut client = self.client()?;
             if let LinkVerdict::Drop | LinkVerdict::DropReply =

@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+pub mod chaos;
 mod owned;
 pub mod sandbox;
 
@@ -81,6 +82,19 @@ pub enum Command {
     /// Internal: supervise one execution (started by the process driver).
     #[command(hide = true)]
     Shim(ShimArgs),
+    /// Run chaos campaigns against a cluster (runs the `palisade-chaos`
+    /// binary with these arguments; see `palisade chaos run --help`).
+    Chaos(ChaosArgs),
+}
+
+/// Arguments of `palisade chaos`, passed through verbatim to
+/// `palisade-chaos`, e.g. `run --seed 7 --ops 1000 --nemesis all`.
+#[derive(Debug, Args)]
+#[command(disable_help_flag = true)]
+pub struct ChaosArgs {
+    /// Arguments for `palisade-chaos`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// Arguments of the hidden `palisade shim` command, passed through verbatim
@@ -346,8 +360,8 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Workspace(command) => workspace_command(&mut client, output, command).await,
         Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
-        Command::Up(_) | Command::Gateway(_) | Command::Shim(_) => {
-            unreachable!("server commands are dispatched in main")
+        Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
+            unreachable!("server and chaos commands are dispatched in main")
         }
     }
 }

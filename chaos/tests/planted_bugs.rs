@@ -1,0 +1,97 @@
+//! The checkers catch planted bugs. Each test turns one TEST-ONLY switch on
+//! (cargo feature `planted-bugs`, which this crate's tests enable through a
+//! dev-dependency on itself; the switches are off at run time otherwise)
+//! and runs the default campaign: it must report an anomaly of the kind
+//! that bug causes.
+//!
+//! - (a) `BeginDelete` skips its expected-id check at apply: a stale
+//!   expected id deletes a same-name replacement.
+//! - (b) the executor drops its term fence: a replica that lost leadership
+//!   mid-operation and won it back performs its old term's effect — here a
+//!   launch of a sandbox deleted meanwhile.
+//! - (c) DeleteSandbox answers "deleted" as soon as the delete commits,
+//!   before the driver removed anything.
+//!
+//! The switches are process-global, so the tests take turns.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use palisade_chaos::{CampaignConfig, Report, run_campaign};
+use tokio::sync::Mutex;
+
+/// One planted bug at a time.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// Seeds tried, in order, until one reports an anomaly (the first does,
+/// in practice; the others absorb a loaded machine's bad luck).
+const SEEDS: [u64; 3] = [11, 12, 13];
+
+/// Turns a switch off again, even if the test panics.
+struct Planted(&'static AtomicBool);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn campaign_with(switch: &'static AtomicBool, kinds: &[&str]) -> Report {
+    let _turn = TURN.lock().await;
+    switch.store(true, Ordering::SeqCst);
+    let _planted = Planted(switch);
+    let mut last = None;
+    for seed in SEEDS {
+        let report = run_campaign(&CampaignConfig::new(seed))
+            .await
+            .unwrap_or_else(|error| panic!("seed {seed}: the campaign could not run: {error}"));
+        if report
+            .anomalies
+            .iter()
+            .any(|anomaly| kinds.contains(&anomaly.kind))
+        {
+            return report;
+        }
+        last = Some(report);
+    }
+    panic!(
+        "no {kinds:?} anomaly with the bug planted, seeds {SEEDS:?}; last report:\n{}",
+        last.map(|report| report.to_string()).unwrap_or_default()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_skips_the_expected_id_is_caught() {
+    let report = campaign_with(
+        &palisade_lifecycle::planted::SKIP_EXPECTED_ID_CHECK,
+        &["wrong-delete", "not-linearizable"],
+    )
+    .await;
+    println!("{report}");
+    assert!(
+        report
+            .anomalies
+            .iter()
+            .any(|anomaly| anomaly.kind == "wrong-delete"),
+        "a delete of another id than the expected one must be named as such:\n{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_without_its_term_fence_is_caught() {
+    let report = campaign_with(
+        &palisade_gateway::planted::SKIP_TERM_FENCE,
+        &["duplicate-effect", "orphan-execution", "unrequested-effect"],
+    )
+    .await;
+    println!("{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_acknowledged_before_cleanup_is_caught() {
+    let report = campaign_with(
+        &palisade_gateway::planted::ACK_DELETE_BEFORE_CLEANUP,
+        &["delete-before-cleanup"],
+    )
+    .await;
+    println!("{report}");
+}
