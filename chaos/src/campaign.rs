@@ -64,6 +64,9 @@ pub struct CampaignConfig {
     pub nemeses: Vec<NemesisKind>,
     /// Where the replicas run.
     pub mode: Mode,
+    /// Run the PostgreSQL projection on every replica and check it against
+    /// the state at the end (in-process mode; needs PostgreSQL installed).
+    pub postgres: bool,
 }
 
 impl CampaignConfig {
@@ -78,6 +81,7 @@ impl CampaignConfig {
             replicas: 3,
             nemeses: NemesisKind::ALL.to_vec(),
             mode: Mode::InProcess,
+            postgres: false,
         }
     }
 }
@@ -214,6 +218,9 @@ impl std::fmt::Display for Report {
             Some(index) => writeln!(f, "  replicas converged at applied index {index}")?,
             None => writeln!(f, "  replicas did not converge")?,
         }
+        if self.checks.projection_checked {
+            writeln!(f, "  PostgreSQL projection compared with the state")?;
+        }
         writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
         if self.anomalies.is_empty() {
             writeln!(f, "  anomalies: none")?;
@@ -254,14 +261,28 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     let links = Arc::new(LinkTable::new(config.seed ^ 0x6c69_6e6b));
     let (triggers, fired) = Triggers::new();
     let triggers = Arc::new(triggers);
+    let postgres = if config.postgres {
+        Some(crate::projection::start_postgres().await?)
+    } else {
+        None
+    };
+    let cluster_config = ClusterConfig {
+        postgres_url: postgres.as_ref().map(|postgres| postgres.url().to_string()),
+        ..ClusterConfig::chaos(config.replicas)
+    };
     let cluster = Arc::new(Cluster::start(
-        ClusterConfig::chaos(config.replicas),
+        cluster_config,
         host.clone(),
         links.clone(),
         triggers.clone(),
     )?);
     let result = drive(config, &cluster, &history, &host, &links, &triggers, fired).await;
+    let projection = match (&result, &postgres) {
+        (Ok(_), Some(postgres)) => Some(crate::projection::check(postgres.url(), &cluster).await),
+        _ => None,
+    };
     cluster.shutdown().await;
+    drop(postgres);
     let (faults, final_applied_index, evidence_parts) = result?;
     let (operations, replays, fault_events, _dropped) = history.snapshot();
     let (effects, _) = host.effects();
@@ -273,6 +294,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
         executions: Some(evidence_parts.executions),
         final_sandboxes: Some(evidence_parts.sandboxes),
         replicas: evidence_parts.replicas,
+        projection,
     };
     let (anomalies, checks) = checker::check(&evidence);
     Ok(report(
@@ -397,7 +419,7 @@ async fn wait_for_identity(cluster: &Cluster, leader: u64) -> Result<(), ChaosEr
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(ChaosError::NoLeader(FIRST_LEADER_WAIT_MAX));
+            return Err(ChaosError::NoIdentity(FIRST_LEADER_WAIT_MAX));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -560,9 +582,4 @@ pub(crate) fn report(
         timeline: evidence.faults.clone(),
         duration_seconds: duration.as_secs_f64(),
     }
-}
-
-/// Formats a time on the campaign clock (re-exported for the CLI).
-pub fn at(us: u64) -> String {
-    seconds(us)
 }

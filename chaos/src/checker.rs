@@ -11,6 +11,7 @@
 //! | delete acknowledged only after the driver removed everything | effects vs. answers | `delete-before-cleanup` |
 //! | after healing: no operation left in flight, driver and state agree | final state, host | `operation-stuck`, `orphan-execution` |
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
+//! | the PostgreSQL projection equal to the state (with `--postgres`) | projection rows | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
 //!
 //! Effects are attributed to requests through what the request named: a
@@ -95,6 +96,8 @@ pub struct Evidence {
     /// Every replica's state at the end; `None` when they did not reach an
     /// equal applied index in time (the message says what they reported).
     pub replicas: Result<Vec<ReplicaState>, String>,
+    /// The projection check, when a projection ran (`Err`: what differs).
+    pub projection: Option<Result<(), String>>,
 }
 
 impl Default for Evidence {
@@ -107,6 +110,7 @@ impl Default for Evidence {
             executions: None,
             final_sandboxes: None,
             replicas: Ok(Vec::new()),
+            projection: None,
         }
     }
 }
@@ -122,6 +126,8 @@ pub struct CheckStats {
     pub replays_compared: usize,
     /// Effects by kind.
     pub effects: BTreeMap<String, usize>,
+    /// Whether a PostgreSQL projection was compared with the state.
+    pub projection_checked: bool,
 }
 
 /// Runs every check.
@@ -142,6 +148,14 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
+    if let Some(Err(message)) = &evidence.projection {
+        anomalies.push(Anomaly {
+            kind: "projection-diverged",
+            message: message.clone(),
+            excerpt: Vec::new(),
+        });
+    }
+    stats.projection_checked = evidence.projection.is_some();
     (anomalies, stats)
 }
 

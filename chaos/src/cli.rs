@@ -88,6 +88,11 @@ pub struct RunArgs {
     /// Also print the fault timeline of each campaign.
     #[arg(long)]
     pub timeline: bool,
+    /// Run the PostgreSQL projection on every replica (a throwaway server,
+    /// started with initdb/pg_ctl) and check it equals the state at the end
+    /// (in-process mode).
+    #[arg(long)]
+    pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
     /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack.
     #[arg(long)]
@@ -198,6 +203,7 @@ async fn run_campaigns(args: RunArgs) -> i32 {
             replicas: args.replicas,
             nemeses: nemeses.clone(),
             mode: mode.clone(),
+            postgres: args.postgres,
         };
         let report: Report = match run_campaign(&config).await {
             Ok(report) => report,

@@ -63,6 +63,8 @@ pub struct ClusterConfig {
     pub executor: ExecutorConfig,
     /// Request-path timeouts.
     pub timeouts: ReplicaTimeouts,
+    /// PostgreSQL projection every replica runs (`--postgres-url`).
+    pub postgres_url: Option<String>,
 }
 
 impl ClusterConfig {
@@ -87,6 +89,7 @@ impl ClusterConfig {
                 propose_timeout: Duration::from_secs(3),
                 operation_wait_max: Duration::from_secs(4),
             },
+            postgres_url: None,
         }
     }
 }
@@ -211,7 +214,7 @@ impl Cluster {
             executor: self.config.executor.clone(),
             timeouts: self.config.timeouts.clone(),
             drain_timeout: Duration::from_secs(1),
-            postgres_url: None,
+            postgres_url: self.config.postgres_url.clone(),
         };
         let node: Arc<Mutex<Option<RunningNode>>> = Arc::default();
         let handed_over = node.clone();

@@ -35,6 +35,8 @@
 //! - [`nemesis`]: the fault schedule.
 //! - [`workload`]: concurrent gRPC clients recording the history.
 //! - [`campaign`]: one seeded run, end to end, and its [`campaign::Report`].
+//! - [`projection`]: with `--postgres`, the PostgreSQL projection must
+//!   equal the state at the end.
 //! - [`process`] and [`proxy`]: the process-level mode.
 //! - [`cli`]: the `palisade-chaos` command line.
 #![deny(missing_docs)]
@@ -52,6 +54,7 @@ pub mod model;
 pub mod nemesis;
 pub mod points;
 pub mod process;
+pub mod projection;
 pub mod proxy;
 pub mod workload;
 
@@ -74,6 +77,11 @@ pub enum ChaosError {
     /// The cluster did not elect a leader in time.
     #[error("no leader was elected within {0:?}; is the machine overloaded?")]
     NoLeader(std::time::Duration),
+    /// The first leader did not write the cluster identity in time.
+    #[error(
+        "the first leader did not write the cluster identity within {0:?}; is the machine overloaded?"
+    )]
+    NoIdentity(std::time::Duration),
     /// Filesystem or socket trouble in the harness itself.
     #[error("harness I/O: {0}")]
     Io(#[from] std::io::Error),

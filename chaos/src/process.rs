@@ -489,7 +489,11 @@ pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Re
     for sandbox_id in sandbox_ids {
         let _ = tokio::time::timeout(Duration::from_secs(10), driver.remove(&sandbox_id)).await;
     }
-    let (faults, final_applied_index, sandboxes, replicas) = result?;
+    let (mut faults, final_applied_index, sandboxes, replicas) = result?;
+    if config.nemeses.contains(&NemesisKind::Driver) {
+        // The whole run had the driver fault plan (see the module docs).
+        faults.insert("driver:uncertain-plan".into(), 1);
+    }
     let (operations, replays, fault_events, _) = history.snapshot();
     let executions: BTreeMap<(String, u64), HostExecution> = executions
         .into_iter()
@@ -507,6 +511,7 @@ pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Re
         executions: sandboxes.as_ref().map(|_| executions),
         final_sandboxes: sandboxes,
         replicas,
+        projection: None,
     };
     let (anomalies, checks) = checker::check(&evidence);
     let (refused, unattributed) = processes.proxies.counts();

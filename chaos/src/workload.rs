@@ -164,7 +164,9 @@ pub fn reason_of(status: &tonic::Status) -> Option<String> {
 }
 
 /// Whether a status is a definite answer (the request was decided, or
-/// refused before anything was proposed) or not (retry with the same id).
+/// refused before anything was proposed) or not (retry with the same id):
+/// UNAVAILABLE (no leader, leadership changed, outcome pending, shutting
+/// down), a deadline, and transport failures (no ErrorInfo) are not.
 pub fn is_definite(status: &tonic::Status) -> bool {
     use tonic::Code;
     match status.code() {
@@ -637,4 +639,40 @@ pub async fn final_reads(
         });
     }
     replies
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palisade_proto::ERROR_DOMAIN;
+    use tonic::Code;
+    use tonic_types::ErrorDetails;
+
+    fn with_reason(code: Code, reason: &str) -> tonic::Status {
+        tonic::Status::with_error_details(
+            code,
+            "message",
+            ErrorDetails::with_error_info(reason, ERROR_DOMAIN, std::collections::HashMap::new()),
+        )
+    }
+
+    #[test]
+    fn only_decided_answers_are_definite() {
+        assert!(!is_definite(&with_reason(
+            Code::Unavailable,
+            "OUTCOME_PENDING"
+        )));
+        assert!(!is_definite(&tonic::Status::deadline_exceeded("late")));
+        assert!(!is_definite(&tonic::Status::unknown("transport error")));
+        assert!(!is_definite(&tonic::Status::cancelled("connection reset")));
+        assert!(is_definite(&with_reason(Code::Aborted, "STALE_EXECUTION")));
+        assert!(is_definite(&with_reason(
+            Code::NotFound,
+            "SANDBOX_NOT_FOUND"
+        )));
+        assert_eq!(
+            reason_of(&with_reason(Code::AlreadyExists, "NAME_TAKEN")).as_deref(),
+            Some("NAME_TAKEN")
+        );
+    }
 }

@@ -10,7 +10,7 @@ use palisade_chaos::{CampaignConfig, Mode, NemesisKind, run_campaign};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_processes_under_kills_pauses_and_partitions_stay_correct() {
     let config = CampaignConfig {
-        operations: 400,
+        operations: 300,
         nemeses: vec![
             NemesisKind::Handoff,
             NemesisKind::Kill,

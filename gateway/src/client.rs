@@ -20,6 +20,14 @@ use crate::errors::reason_of;
 
 /// How long to try to connect to one endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Interval of HTTP/2 pings while a call is in flight. A replica that is
+/// frozen (SIGSTOP, a stalled VM) or cut off keeps its TCP connection open
+/// but stops answering pings: its calls fail after the interval plus
+/// [`KEEPALIVE_TIMEOUT`] and are retried at another replica, instead of
+/// waiting out the whole call timeout.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(3);
+/// How long a ping may go unanswered before the connection is given up.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the client keeps failing over before it gives up.
 const FAILOVER_DEADLINE: Duration = Duration::from_secs(15);
 /// Pause between rounds over all endpoints.
@@ -130,6 +138,8 @@ impl Client {
             .expect("endpoints are validated by parse_endpoints")
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(self.call_timeout)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .connect()
             .await?;
         self.channels[at] = Some(channel.clone());

@@ -66,8 +66,8 @@ impl Default for RaftTiming {
     /// and then its randomized election timeout before it campaigns, so a
     /// leader's death is acted on 900-1200 ms after its last heartbeat,
     /// and a vote round later a new leader writes (measured with
-    /// `palisade-bench`: about 1.1 s from SIGKILL to the next acknowledged
-    /// write; with 400-800 ms it was about 1.4 s). A follower campaigns
+    /// `palisade-bench`: 1.0-1.3 s from SIGKILL to the next acknowledged
+    /// write; with 400-800 ms it was 1.3-1.7 s). A follower campaigns
     /// only after at least nine missed heartbeats, so a loaded machine does
     /// not trigger needless elections.
     fn default() -> Self {

@@ -16,7 +16,15 @@
 //!   shim and one command per generation, in the process table and in the
 //!   driver directory;
 //! - a resumed old leader steps down and neither starts an effect nor
-//!   proposes a completion in its old term.
+//!   proposes a completion in its old term; a client that tries the frozen
+//!   replica first gives up on it and fails over;
+//! - SIGTERM hands leadership off before exit, and a draining replica
+//!   finishes the requests it holds while it refuses new ones with a
+//!   retryable SHUTTING_DOWN;
+//! - a request held by a replica that loses leadership answers
+//!   LEADERSHIP_CHANGED, and its retry the true outcome;
+//! - every new leader runs its executor (leadership moved round the
+//!   cluster many times, each time a create must complete).
 //!
 //! Each test uses its own `sleep` argument, so process-table checks never
 //! see another test's sandboxes (they also only look under their own
@@ -135,10 +143,39 @@ async fn sigkill_leader_while_clients_create_and_stop() {
         .await
         .expect("the leader takes the create")
         .into_inner();
-    cluster.replica_mut(leader).kill();
     let in_flight_id = id_of(&in_flight);
+    // Kill it the moment its launch has started the command: the driver
+    // polls for that every 20 ms before it reports the launch, so the kill
+    // usually lands after the effect and before its completion was proposed
+    // — the case where a careless new leader would start a second process.
+    let command_started = cluster
+        .driver_dir
+        .join(&in_flight_id)
+        .join("1")
+        .join("command.json");
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while !command_started.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    cluster.replica_mut(leader).kill();
 
     let survivors: Vec<u64> = all.iter().copied().filter(|id| *id != leader).collect();
+    let mut survivor = direct_client(
+        &cluster.replica(survivors[0]).uri(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let seen_after_kill = survivor
+        .get_sandbox(v1::GetSandboxRequest {
+            sandbox: by_id(&in_flight_id),
+            consistency: v1::Consistency::Stale as i32,
+        })
+        .await
+        .map(|sandbox| phase_of(sandbox.get_ref()));
+    eprintln!(
+        "the in-flight create, as a survivor saw it right after the kill: {seen_after_kill:?} \
+         (PROVISIONING: killed between launch and completion)"
+    );
     let (new_leader, new_term) = cluster.wait_for_leader(&survivors).await;
     assert_ne!(new_leader, leader);
     assert!(new_term > term, "a new term: {new_term} after {term}");
@@ -416,6 +453,17 @@ async fn sigstop_leader_others_serve_and_its_stale_work_is_not_applied() {
     assert!(new_term > term);
     let mut live = failover_client(cluster.uris(&survivors));
     let c = id_of(&create(&mut live, "during-pause", sandbox_command(MARKER)).await);
+    // A client that tries the frozen replica first gives up on it (its
+    // HTTP/2 pings go unanswered) and fails over to the others.
+    let mut frozen_first = failover_client(cluster.uris(&[leader, survivors[0], survivors[1]]));
+    let around = id_of(
+        &create(
+            &mut frozen_first,
+            "around-the-frozen",
+            sandbox_command(MARKER),
+        )
+        .await,
+    );
     // The new leader finishes what the frozen one had begun: A's stop
     // (SIGTERM ignored, SIGKILL after the grace period) and B's removal.
     wait_for_sandbox(&mut live, &a, "A stopped by the new leader", |sandbox| {
@@ -507,10 +555,16 @@ async fn sigstop_leader_others_serve_and_its_stale_work_is_not_applied() {
         "the executor's debug events are logged"
     );
     // ...and what runs is exactly what the cluster decided: A at
-    // generation 2, the new B, C (and the create through the follower, if
-    // it happened); nothing of A's generation 1 or of the old B.
-    let mut expected: BTreeSet<(String, u64)> =
-        [(a.clone(), 2), (b2.clone(), 1), (c.clone(), 1)].into();
+    // generation 2, the new B, C, the create that went around the frozen
+    // replica (and the create through the follower, if it happened);
+    // nothing of A's generation 1 or of the old B.
+    let mut expected: BTreeSet<(String, u64)> = [
+        (a.clone(), 2),
+        (b2.clone(), 1),
+        (c.clone(), 1),
+        (around.clone(), 1),
+    ]
+    .into();
     let sandboxes = wait_settled(&mut live, PHASE_TIMEOUT).await;
     if let Some(through) = sandboxes.iter().find(|sandbox| {
         sandbox
@@ -732,7 +786,7 @@ async fn every_new_leader_runs_its_executor() {
     let (mut leader, _) = cluster.wait_for_leader(&all).await;
     let mut client = failover_client(cluster.all_uris());
     for round in 0..TRANSFERS {
-        let target = all[((leader as usize) % all.len())];
+        let target = all[(leader as usize) % all.len()];
         let admin_channel = channel(&cluster.replica(target).uri(), Duration::from_secs(30))
             .await
             .expect("connect");

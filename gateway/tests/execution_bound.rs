@@ -34,38 +34,13 @@ use std::time::Duration;
 use palisade_gateway::client::{Client, ClientError};
 use palisade_gateway::errors::reason_of;
 use palisade_proto::v1;
-use support::alive;
 use support::cluster::*;
+use support::{KeepLogsOnFailure, alive};
 use tokio::time::Instant;
 use tonic::Code;
 
 /// How long a phase of a test may take on a loaded two-core machine.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// On a failing test, keeps the replicas' logs: copies the cluster's
-/// directory (minus Raft data) to `$TMPDIR/palisade-failed-TEST`.
-struct KeepLogsOnFailure {
-    root: std::path::PathBuf,
-    test: &'static str,
-}
-
-impl Drop for KeepLogsOnFailure {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let kept = std::env::temp_dir().join(format!("palisade-failed-{}", self.test));
-        for entry in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
-            let log = entry.path().join("gateway.log");
-            if log.is_file() {
-                let into = kept.join(entry.file_name());
-                let _ = std::fs::create_dir_all(&into);
-                let _ = std::fs::copy(&log, into.join("gateway.log"));
-            }
-        }
-        eprintln!("replica logs kept in {}", kept.display());
-    }
-}
 
 fn by_name(name: &str) -> Option<v1::SandboxRef> {
     Some(v1::SandboxRef {
@@ -247,6 +222,10 @@ async fn transfer_leader(cluster: &Cluster, running: &[u64], target: u64) -> u64
 async fn stale_tokens_stop_nothing_and_request_ids_replay() {
     const MARKER: &str = "5301";
     let mut cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "stale_tokens_stop_nothing_and_request_ids_replay",
+    };
     let all = cluster.node_ids();
     let (leader, _) = cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
@@ -549,13 +528,35 @@ enum StaleAnswer {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stale_stops_racing_the_replacement_never_stop_it() {
-    const MARKER: &str = "5302";
+    stale_stops_race(
+        &[],
+        "5302",
+        "stale_stops_racing_the_replacement_never_stop_it",
+    )
+    .await;
+}
+
+/// The same under the fault-injecting driver: each leader's first launch,
+/// stop and removal take effect and lose their answer, later ones
+/// sometimes do, and inspections sometimes fail (seeded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_stops_racing_the_replacement_under_driver_faults() {
+    const PLAN: &str = r#"{"seed": 5306, "launch": {"uncertain_after_first": 1, "uncertain_after_rate": 0.2}, "stop": {"uncertain_after_first": 1, "uncertain_after_rate": 0.3}, "inspect": {"uncertain_before_rate": 0.2}, "remove": {"uncertain_after_first": 1, "uncertain_after_rate": 0.3}}"#;
+    stale_stops_race(
+        &["--driver", "fault", "--fault-plan", PLAN],
+        "5306",
+        "stale_stops_racing_the_replacement_under_driver_faults",
+    )
+    .await;
+}
+
+async fn stale_stops_race(gateway_args: &[&str], marker: &str, test: &'static str) {
     const SANDBOXES: usize = 3;
     const RACERS: usize = 6;
-    let mut cluster = Cluster::start(3, &[]);
+    let mut cluster = Cluster::start(3, gateway_args);
     let _logs = KeepLogsOnFailure {
         root: cluster.root.path().to_path_buf(),
-        test: "stale_stops_racing",
+        test,
     };
     let all = cluster.node_ids();
     let (leader, _) = cluster.wait_for_leader(&all).await;
@@ -564,7 +565,7 @@ async fn stale_stops_racing_the_replacement_never_stop_it() {
     let mut ids = Vec::new();
     for index in 0..SANDBOXES {
         ids.push(id_of(
-            &create(&mut client, &format!("r-{index}"), MARKER).await,
+            &create(&mut client, &format!("r-{index}"), marker).await,
         ));
     }
 
@@ -693,6 +694,13 @@ async fn stale_stops_racing_the_replacement_never_stop_it() {
         delete(&mut client, &request).await.expect("delete");
     }
     assert_exactly_running(&cluster.driver_dir, &BTreeSet::new(), "sleep").await;
+    if gateway_args.contains(&"fault") {
+        let injected = cluster
+            .replicas
+            .iter()
+            .any(|replica| replica.log().contains("injected fault"));
+        assert!(injected, "the fault plan injected no fault");
+    }
 }
 
 /// What a short-deadline call that must not be decided yet may answer.
@@ -741,6 +749,10 @@ async fn uncertain_stops_stay_pending_until_observed_and_replay_as_stopped() {
     // counts its own calls: a replica that never led starts afresh.
     const PLAN: &str = r#"{"stop": {"uncertain_after_first": 5}, "inspect": {"latency_ms": 300, "uncertain_before_first": 1000000}}"#;
     let mut cluster = Cluster::start(3, &["--driver", "fault", "--fault-plan", PLAN]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "uncertain_stops_stay_pending_until_observed_and_replay_as_stopped",
+    };
     let all = cluster.node_ids();
     let (leader, _) = cluster.wait_for_leader(&all).await;
     let uris = cluster.all_uris();
@@ -880,6 +892,10 @@ async fn collect(
 async fn watch_resumed_on_another_replica_delivers_every_change_once() {
     const MARKER: &str = "5304";
     let mut cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "watch_resumed_on_another_replica_delivers_every_change_once",
+    };
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     // Replica 1 leads and serves the watch; it will be killed.
@@ -1075,6 +1091,10 @@ async fn watch_resumed_on_another_replica_delivers_every_change_once() {
 async fn a_watch_resumed_after_its_initial_listing_repeats_nothing() {
     const MARKER: &str = "5305";
     let cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "a_watch_resumed_after_its_initial_listing_repeats_nothing",
+    };
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);

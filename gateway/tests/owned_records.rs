@@ -30,8 +30,8 @@ use std::time::Duration;
 
 use palisade_gateway::client::{Client, ClientError};
 use palisade_proto::v1;
-use support::alive;
 use support::cluster::*;
+use support::{KeepLogsOnFailure, alive};
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -176,6 +176,10 @@ async fn digests_at_equal_index(cluster: &Cluster) -> (u64, BTreeMap<u64, String
 async fn delete_bound_to_an_id_never_deletes_a_replacement() {
     const MARKER: &str = "5201";
     let cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "delete_bound_to_an_id_never_deletes_a_replacement",
+    };
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let uris = cluster.all_uris();
@@ -487,6 +491,10 @@ async fn owned_records_go_with_their_sandboxes_and_the_workspace_deletes_at_once
     /// SSH-session creations in flight at once (spread over the replicas).
     const SESSIONS_IN_FLIGHT: usize = 24;
     let cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "owned_records_go_with_their_sandboxes_and_the_workspace_deletes_at_once",
+    };
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let uris = cluster.all_uris();
@@ -710,6 +718,10 @@ async fn run_cli(endpoints: &str, args: &[&str]) -> (i32, String, String) {
 async fn cli_delete_forms_and_workspace_deletion() {
     const MARKER: &str = "5203";
     let cluster = Cluster::start(3, &[]);
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root.path().to_path_buf(),
+        test: "cli_delete_forms_and_workspace_deletion",
+    };
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
