@@ -270,7 +270,9 @@ pub async fn run_with_hooks(
         state,
         peers,
         timeouts: config.timeouts,
-        projection: projection.as_ref().map(|running| running.projection.clone()),
+        projection: projection
+            .as_ref()
+            .map(|running| running.projection.clone()),
     };
     if let Some(on_started) = &hooks.on_started {
         on_started(RunningNode {
