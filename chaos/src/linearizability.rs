@@ -296,6 +296,65 @@ mod tests {
         assert_eq!(check(&refs), Verdict::Linearizable);
     }
 
+    fn observed(id: &str, generation: u64, phase: Phase) -> Reply {
+        Reply::Sandbox(Observed {
+            id: id.into(),
+            generation,
+            phase,
+            resource_version: 0,
+            token: String::new(),
+        })
+    }
+
+    #[test]
+    fn seed_57_a_start_joining_a_failing_launch_is_linearizable() {
+        // The excerpt that seed 57 (1000 operations) once reported.
+        let start = |generation| Call::Start {
+            name: "a".into(),
+            id: "x".into(),
+            generation,
+        };
+        let ops = [
+            op(
+                797,
+                create(),
+                observed("x", 1, Phase::Error),
+                7_630,
+                Some(7_665),
+            ),
+            op(
+                802,
+                get(),
+                observed("x", 1, Phase::Error),
+                7_679,
+                Some(7_683),
+            ),
+            op(
+                820,
+                start(1),
+                observed("x", 2, Phase::Error),
+                7_683,
+                Some(7_721),
+            ),
+            op(
+                818,
+                get(),
+                observed("x", 2, Phase::Starting),
+                7_703,
+                Some(7_705),
+            ),
+            op(
+                819,
+                start(2),
+                observed("x", 2, Phase::Error),
+                7_705,
+                Some(7_720),
+            ),
+        ];
+        let refs: Vec<&Operation> = ops.iter().collect();
+        assert_eq!(check(&refs), Verdict::Linearizable);
+    }
+
     #[test]
     fn unknown_outcomes_are_either() {
         let ops = [

@@ -455,17 +455,22 @@ fn answered(state: &NameState, call: &ModelCall, reply: &ModelReply) -> Vec<Name
                     generation: current,
                     status,
                 }) if current == *generation => {
-                    if status == Status::Running {
-                        // Already running: answered as it is.
-                        let fits = *answered_generation == current
-                            && statuses(*phase, &ANY_STATUS).contains(&Status::Running);
+                    if *answered_generation == current {
+                        // Already running: answered as it is. Or the token's
+                        // execution was still being launched when this start
+                        // arrived: it joined that launch and answers its
+                        // result — READY, ERROR, or DELETING if a delete
+                        // superseded it. Never STOPPED.
+                        let fits = status != Status::Stopped
+                            && (phase.is_transitional()
+                                || statuses(*phase, &ANY_STATUS).contains(&status));
                         return if fits {
                             vec![state_with(id, current, status)]
                         } else {
                             Vec::new()
                         };
                     }
-                    if *answered_generation != current + 1 {
+                    if status == Status::Running || *answered_generation != current + 1 {
                         return Vec::new();
                     }
                     statuses(*phase, &LAUNCHED)
@@ -610,6 +615,25 @@ mod tests {
         );
         // Two generations for one start is an anomaly.
         assert!(step(&stopped, &start, &sandbox(0, 3, Phase::Ready)).is_empty());
+    }
+
+    #[test]
+    fn a_start_that_joined_a_failing_launch_answers_its_result() {
+        // Seed 57 (1000 operations): start (token g1) launched g2, which the
+        // driver refused (ERROR); a second start with the token of g2, sent
+        // while g2 was STARTING, joined that launch and answered g2 ERROR.
+        let failed = taken(0, 2, Status::Failed);
+        let joined = ModelCall::Start {
+            id: 0,
+            generation: 2,
+        };
+        assert_eq!(
+            step(&failed, &joined, &sandbox(0, 2, Phase::Error)),
+            vec![failed.clone()]
+        );
+        // A start of a stopped execution never answers it as it is.
+        let stopped = taken(0, 2, Status::Stopped);
+        assert!(step(&stopped, &joined, &sandbox(0, 2, Phase::Stopped)).is_empty());
     }
 
     #[test]

@@ -16,15 +16,27 @@ struct Regression {
     why: &'static str,
 }
 
-const REGRESSIONS: &[Regression] = &[Regression {
-    seed: 1,
-    operations: 300,
-    why: "two deletes of the same id, the second arriving while the first ran, both \
+const REGRESSIONS: &[Regression] = &[
+    Regression {
+        seed: 1,
+        operations: 300,
+        why: "two deletes of the same id, the second arriving while the first ran, both \
           answered `deleted`: the second joins the delete in flight. The model said the \
           second must find the name free (NotFound) and reported the history as not \
           linearizable. A checker bug, not a Palisade bug: the model now lets a joined \
           delete share the first one's point (NameState::Freed).",
-}];
+    },
+    Regression {
+        seed: 57,
+        operations: 1_000,
+        why: "found by the 100 x 1000 campaign: a start whose token named the generation \
+              still being launched (STARTING) joined that launch, which the driver refused, \
+              and answered that generation ERROR. The model said a start of an ERROR \
+              sandbox launches the next generation. A checker bug, not a Palisade bug: the \
+              model now lets a start answer the token's own generation when it joined its \
+              launch (see model.rs and linearizability.rs, seed_57_...).",
+    },
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeds_that_once_failed_stay_clean() {

@@ -56,6 +56,8 @@ pub enum Output {
 }
 
 /// Top-level commands.
+// Parsed once per process; the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a local cluster (three replicas, process driver, data under one
