@@ -175,10 +175,11 @@ impl Nemesis {
     /// Injects faults until `stop` turns true, then heals everything.
     /// Returns how many faults of each kind were injected.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> BTreeMap<String, u64> {
-        // Rounds: every enabled kind once per round, in a shuffled order, so
-        // that even a short campaign sees each kind of fault; the first
-        // round begins with a handoff (and the first handoff is a
-        // ping-pong), the fault this harness exists for.
+        // Rounds: every enabled kind once per round (handoff twice: it has
+        // the most variants), in a shuffled order, so that even a short
+        // campaign sees each kind of fault; the first round begins with a
+        // handoff (and the first handoff is a ping-pong), the fault this
+        // harness exists for.
         let mut round: Vec<NemesisKind> = Vec::new();
         let mut first_round = true;
         if !self.kinds.is_empty() {
@@ -193,6 +194,9 @@ impl Nemesis {
                 }
                 if round.is_empty() {
                     round = self.kinds.clone();
+                    if self.kinds.contains(&NemesisKind::Handoff) {
+                        round.push(NemesisKind::Handoff);
+                    }
                     rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut self.rng);
                     if first_round
                         && let Some(at) = round.iter().position(|k| *k == NemesisKind::Handoff)
