@@ -140,6 +140,17 @@ fn wants_projection(metadata: &tonic::metadata::MetadataMap) -> bool {
         .is_some_and(|value| value.eq_ignore_ascii_case("true"))
 }
 
+/// A Stop or Start call: the same shape, another `Begin*` command.
+struct ExecutionCall {
+    /// The RPC's name, part of the payload digest.
+    rpc: &'static str,
+    sandbox: Option<v1::SandboxRef>,
+    expected_execution: String,
+    request_id: String,
+    no_wait: bool,
+    wait_for_projection: bool,
+}
+
 /// What a finished operation left.
 enum Settled {
     Sandbox(Box<core::Sandbox>),
@@ -260,6 +271,30 @@ impl PalisadeService {
             .await
             .map_err(crate::projection::status_of)?;
         Ok(())
+    }
+
+    /// Runs a Stop or Start: resolves the target and the token, proposes
+    /// the command `begin` builds, waits for the request's receipt.
+    async fn execution_call(
+        &self,
+        call: ExecutionCall,
+        begin: impl FnOnce(SandboxTarget, Option<ExecutionRef>, RequestMeta) -> Command,
+    ) -> Result<Response<v1::Sandbox>, Status> {
+        let (target, expected_execution) = target_and_execution(
+            call.sandbox,
+            &call.expected_execution,
+            self.cluster().as_ref(),
+        )?;
+        let meta = request_meta(&call.request_id, &(call.rpc, &target, &expected_execution))?;
+        let command = begin(target, expected_execution, meta.clone());
+        let settled = self.run_operation(command, &meta, call.no_wait).await?;
+        self.projection_caught_up(call.wait_for_projection).await?;
+        let what = if call.rpc == "StopSandbox" {
+            "stopping"
+        } else {
+            "starting"
+        };
+        self.sandbox_answer(settled, what).map(Response::new)
     }
 
     fn sandbox_answer(&self, settled: Settled, what: &str) -> Result<v1::Sandbox, Status> {
@@ -474,23 +509,22 @@ impl Palisade for PalisadeService {
     ) -> Result<Response<v1::Sandbox>, Status> {
         let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
-        let (target, expected_execution) = target_and_execution(
-            request.sandbox,
-            &request.expected_execution,
-            self.cluster().as_ref(),
-        )?;
-        let meta = request_meta(
-            &request.request_id,
-            &("StopSandbox", &target, &expected_execution),
-        )?;
-        let command = Command::BeginStop {
-            target,
-            expected_execution,
-            request: meta.clone(),
+        let call = ExecutionCall {
+            rpc: "StopSandbox",
+            sandbox: request.sandbox,
+            expected_execution: request.expected_execution,
+            request_id: request.request_id,
+            no_wait: request.no_wait,
+            wait_for_projection,
         };
-        let settled = self.run_operation(command, &meta, request.no_wait).await?;
-        self.projection_caught_up(wait_for_projection).await?;
-        self.sandbox_answer(settled, "stopping").map(Response::new)
+        self.execution_call(call, |target, expected_execution, request| {
+            Command::BeginStop {
+                target,
+                expected_execution,
+                request,
+            }
+        })
+        .await
     }
 
     async fn start_sandbox(
@@ -499,23 +533,22 @@ impl Palisade for PalisadeService {
     ) -> Result<Response<v1::Sandbox>, Status> {
         let wait_for_projection = wants_projection(request.metadata());
         let request = request.into_inner();
-        let (target, expected_execution) = target_and_execution(
-            request.sandbox,
-            &request.expected_execution,
-            self.cluster().as_ref(),
-        )?;
-        let meta = request_meta(
-            &request.request_id,
-            &("StartSandbox", &target, &expected_execution),
-        )?;
-        let command = Command::BeginStart {
-            target,
-            expected_execution,
-            request: meta.clone(),
+        let call = ExecutionCall {
+            rpc: "StartSandbox",
+            sandbox: request.sandbox,
+            expected_execution: request.expected_execution,
+            request_id: request.request_id,
+            no_wait: request.no_wait,
+            wait_for_projection,
         };
-        let settled = self.run_operation(command, &meta, request.no_wait).await?;
-        self.projection_caught_up(wait_for_projection).await?;
-        self.sandbox_answer(settled, "starting").map(Response::new)
+        self.execution_call(call, |target, expected_execution, request| {
+            Command::BeginStart {
+                target,
+                expected_execution,
+                request,
+            }
+        })
+        .await
     }
 
     async fn delete_sandbox(
