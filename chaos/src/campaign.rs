@@ -128,7 +128,7 @@ pub struct Report {
     pub final_applied_index: Option<u64>,
     /// What the checks found.
     pub anomalies: Vec<Anomaly>,
-    /// Every fault event, in order (`palisade-chaos run --timeline`).
+    /// Every fault event, in order (`palisade chaos run --timeline`).
     pub timeline: Vec<FaultEvent>,
     /// Wall-clock duration, seconds.
     pub duration_seconds: f64,
@@ -171,7 +171,7 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "palisade-chaos: seed {} ({} replicas, {}, nemeses: {})",
+            "palisade chaos: seed {} ({} replicas, {}, nemeses: {})",
             self.seed,
             self.replicas,
             self.mode,
@@ -231,7 +231,7 @@ impl std::fmt::Display for Report {
             }
             writeln!(
                 f,
-                "  re-run: palisade-chaos run --seed {} --ops <N> --nemesis {}",
+                "  re-run: palisade chaos run --seed {} --ops <N> --nemesis {}",
                 self.seed,
                 self.nemeses.join(",")
             )?;

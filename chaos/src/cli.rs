@@ -1,10 +1,11 @@
-//! The `palisade-chaos` command line (also reachable as `palisade chaos`,
-//! which runs this binary).
+//! The flags of `palisade chaos run` and the loop over seeds behind it. The
+//! `palisade` binary (crate `palisade-cli`) parses [`RunArgs`] and calls
+//! [`run_campaigns`]; this crate has no binary of its own.
 //!
 //! ```text
-//! palisade-chaos run --seed 7 --ops 1000 --nemesis handoff,kill,pause,partition,driver
-//! palisade-chaos run --seeds 100 --ops 1000              # seeds 1..=100 (or from --seed)
-//! palisade-chaos run --mode process --palisade target/release/palisade --ops 200
+//! palisade chaos run --seed 7 --ops 1000 --nemesis handoff,kill,pause,partition,driver
+//! palisade chaos run --seeds 100 --ops 1000              # seeds 1..=100 (or from --seed)
+//! palisade chaos run --mode process --ops 200            # real `palisade gateway run` processes
 //! ```
 //!
 //! Exit codes: 0 no anomaly; 1 an anomaly was found (each is printed with
@@ -13,32 +14,10 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, ValueEnum};
 
 use crate::campaign::{CampaignConfig, Mode, Report, run_campaign};
 use crate::nemesis::NemesisKind;
-
-/// Chaos campaigns against Palisade: a real cluster, faults, a concurrent
-/// workload, and a history checker. Every run prints its seed; re-run a
-/// failing one with `--seed`.
-#[derive(Debug, Parser)]
-#[command(name = "palisade-chaos", version, about, long_about = None)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: ChaosCommand,
-}
-
-/// Commands.
-#[derive(Debug, Subcommand)]
-pub enum ChaosCommand {
-    /// Run one campaign, or one per seed with --seeds.
-    Run(RunArgs),
-    /// `palisade gateway run`, the same code: lets the process mode run
-    /// from this binary alone (its tests do).
-    #[command(subcommand, hide = true)]
-    Gateway(Box<palisade_gateway::cli::GatewayCommand>),
-}
 
 /// Where the replicas run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,8 +57,8 @@ pub struct RunArgs {
     /// Where the replicas run.
     #[arg(long, value_enum, default_value_t = ModeArg::InProcess)]
     pub mode: ModeArg,
-    /// The `palisade` binary for `--mode process` (default: next to this
-    /// binary).
+    /// The `palisade` binary for `--mode process` (default: the running
+    /// `palisade` itself).
     #[arg(long)]
     pub palisade: Option<PathBuf>,
     /// Print each report as JSON instead of text.
@@ -127,46 +106,32 @@ pub fn plant(names: &[String]) -> Result<(), String> {
     }
     #[cfg(not(feature = "planted-bugs"))]
     {
-        Err("--plant needs a build with the planted-bugs feature: cargo build -p palisade-chaos --features planted-bugs".into())
+        Err("--plant needs a build with the planted-bugs feature: cargo build -p palisade-cli --features planted-bugs".into())
     }
 }
 
-/// The `palisade` binary next to the running executable.
-pub fn palisade_next_to_me() -> Option<PathBuf> {
+/// The `palisade` binary of the process mode when `--palisade` is not
+/// given: the running executable, when it is `palisade` itself (`palisade
+/// chaos run` runs this code inside the `palisade` binary).
+pub fn palisade_is_me() -> Option<PathBuf> {
     let me = std::env::current_exe().ok()?;
-    let candidate = me.parent()?.join("palisade");
-    candidate.exists().then_some(candidate)
+    (me.file_name()? == "palisade").then_some(me)
 }
 
-/// Runs the command; returns the process exit code.
-pub async fn run(cli: Cli) -> i32 {
-    match cli.command {
-        ChaosCommand::Run(args) => run_campaigns(args).await,
-        ChaosCommand::Gateway(command) => {
-            let palisade_gateway::cli::GatewayCommand::Run(args) = *command;
-            match palisade_gateway::serve::run(args).await {
-                Ok(()) => 0,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    1
-                }
-            }
-        }
-    }
-}
-
-async fn run_campaigns(args: RunArgs) -> i32 {
+/// Runs one campaign per seed and prints the reports; returns the process
+/// exit code (0 clean, 1 an anomaly, 2 the harness could not run).
+pub async fn run_campaigns(args: RunArgs) -> i32 {
     if let Err(message) = plant(&args.plant) {
         eprintln!("error: {message}");
         return 2;
     }
     let mode = match args.mode {
         ModeArg::InProcess => Mode::InProcess,
-        ModeArg::Process => match args.palisade.clone().or_else(palisade_next_to_me) {
+        ModeArg::Process => match args.palisade.clone().or_else(palisade_is_me) {
             Some(palisade) => Mode::Processes { palisade },
             None => {
                 eprintln!(
-                    "error: --mode process needs the palisade binary: build it (cargo build -p palisade-gateway) or pass --palisade PATH"
+                    "error: --mode process needs the palisade binary: run it as `palisade chaos run` or pass --palisade PATH"
                 );
                 return 2;
             }
@@ -192,7 +157,7 @@ async fn run_campaigns(args: RunArgs) -> i32 {
     let mut totals = (0usize, 0usize, 0usize, 0usize);
     for seed in first..first.saturating_add(args.seeds.max(1)) {
         eprintln!(
-            "palisade-chaos: seed {seed} ({} operations; re-run with --seed {seed})",
+            "palisade chaos: seed {seed} ({} operations; re-run with --seed {seed})",
             args.operations
         );
         let config = CampaignConfig {
@@ -236,7 +201,7 @@ async fn run_campaigns(args: RunArgs) -> i32 {
     }
     if args.seeds > 1 {
         println!(
-            "palisade-chaos: {} campaigns (seeds {first}..={}), {} operations each: {} ok, {} fail, {} unknown; {} anomalies{}",
+            "palisade chaos: {} campaigns (seeds {first}..={}), {} operations each: {} ok, {} fail, {} unknown; {} anomalies{}",
             args.seeds,
             first + args.seeds - 1,
             args.operations,

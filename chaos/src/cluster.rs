@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver as _;
-use palisade_gateway::driver::ComputeDriver;
+use palisade_driver::ComputeDriver;
 use palisade_gateway::executor::ExecutorConfig;
 use palisade_gateway::node::{NodeConfig, NodeHooks, RaftTiming, RunningNode, run_with_hooks};
 use palisade_gateway::replica::ReplicaTimeouts;

@@ -24,7 +24,7 @@
 //! [`FaultPlan`] (the gateway's fault-driver plan: latency, refusals,
 //! uncertain outcomes before or after the effect, hangs, seeded rates),
 //! rather than under the gateway's
-//! [`FaultDriver`](palisade_gateway::driver::fault::FaultDriver), for one
+//! [`FaultDriver`](palisade_driver::fault::FaultDriver), for one
 //! reason: the driver contract says a repeated `launch` returns the
 //! execution the first one started, and a wrapper that knows nothing of
 //! the host would *refuse* a repeated launch whose first attempt had
@@ -36,8 +36,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use palisade_gateway::driver::fault::{FaultPlan, FaultRule};
-use palisade_gateway::driver::{
+use palisade_driver::fault::{FaultPlan, FaultRule};
+use palisade_driver::{
     ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
     LaunchSpec,
 };

@@ -38,7 +38,7 @@
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
 //!   equal the state at the end.
 //! - [`process`] and [`proxy`]: the process-level mode.
-//! - [`cli`]: the `palisade-chaos` command line.
+//! - [`cli`]: the flags of `palisade chaos run` and the loop over seeds.
 #![deny(missing_docs)]
 
 pub mod campaign;

@@ -20,7 +20,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_gateway::driver::fault::{FaultPlan, FaultRule};
+use palisade_driver::fault::{FaultPlan, FaultRule};
 use palisade_raft::NodeId;
 use palisade_raft::hooks::FaultPoint;
 use rand::rngs::StdRng;

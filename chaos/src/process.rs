@@ -27,16 +27,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_gateway::driver::process::ProcessDriver;
-use palisade_gateway::driver::{ComputeDriver, ExecutionStatus};
+use palisade_driver::process::ProcessDriver;
+use palisade_driver::{ComputeDriver, ExecutionStatus};
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_raft::NodeId;
+use palisade_testkit::{ClusterSpec, LocalCluster};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use tokio::sync::watch;
@@ -66,35 +66,17 @@ pub const DRIVER_FAULT_PLAN: &str = r#"{"seed": SEED,
  "stop": {"latency_ms": 30, "uncertain_before_rate": 0.05, "uncertain_after_rate": 0.1},
  "remove": {"latency_ms": 30, "uncertain_before_rate": 0.05, "uncertain_after_rate": 0.1}}"#;
 
-struct Gateway {
-    node_id: NodeId,
-    listen: SocketAddr,
-    advertise: SocketAddr,
-    child: Option<Child>,
-    paused: bool,
-}
-
-/// A cluster of `palisade gateway run` processes.
+/// A cluster of `palisade gateway run` processes (started through
+/// `palisade-testkit`), each advertising its proxy's address to its peers.
 struct Processes {
-    root: tempfile::TempDir,
-    palisade: PathBuf,
-    initial_cluster: String,
-    fault_plan: Option<String>,
     /// `std` mutex: held to spawn, signal or reap, never across an await.
-    gateways: Mutex<Vec<Gateway>>,
+    cluster: Mutex<LocalCluster>,
+    driver_dir: PathBuf,
     proxies: Proxies,
 }
 
 fn free_listener() -> Result<std::net::TcpListener, ChaosError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?)
-}
-
-fn signal(pid: u32, signal: i32) {
-    // SAFETY: kill(2) with a pid of a child this harness spawned; no memory
-    // is involved.
-    unsafe {
-        libc::kill(pid as libc::pid_t, signal);
-    }
 }
 
 impl Processes {
@@ -103,36 +85,46 @@ impl Processes {
         palisade: &Path,
         fault_plan: Option<String>,
     ) -> Result<Self, ChaosError> {
-        let root = tempfile::Builder::new()
-            .prefix("palisade-chaos-processes-")
-            .tempdir()?;
-        let mut gateways = Vec::new();
+        let driver = match &fault_plan {
+            Some(plan) => vec!["--driver", "fault", "--fault-plan", plan.as_str()],
+            None => vec!["--driver", "process"],
+        };
+        let mut spec = ClusterSpec::new(palisade, replicas)
+            .log_filter("warn")
+            .gateway_args([
+                "--stop-grace-seconds",
+                "1",
+                "--heartbeat-ms",
+                "50",
+                "--election-timeout-min-ms",
+                "300",
+                "--election-timeout-max-ms",
+                "600",
+                "--drain-seconds",
+                "1",
+            ])
+            .gateway_args(driver);
+        spec.env_remove.push("PALISADE_POSTGRES_URL".to_string());
+        let mut cluster = LocalCluster::prepare(spec).map_err(testkit_error)?;
         let mut routes = Vec::new();
-        for node_id in 1..=replicas {
-            let listen = free_listener()?.local_addr()?;
+        for replica in &mut cluster.replicas {
+            let listen: SocketAddr = replica
+                .listen
+                .parse()
+                .map_err(|error| ChaosError::Process(format!("{}: {error}", replica.listen)))?;
             let proxy = free_listener()?;
             proxy.set_nonblocking(true)?;
-            let advertise = proxy.local_addr()?;
-            routes.push((node_id, tokio::net::TcpListener::from_std(proxy)?, listen));
-            gateways.push(Gateway {
-                node_id,
+            replica.advertise = Some(proxy.local_addr()?.to_string());
+            routes.push((
+                replica.node_id,
+                tokio::net::TcpListener::from_std(proxy)?,
                 listen,
-                advertise,
-                child: None,
-                paused: false,
-            });
+            ));
         }
-        let initial_cluster = gateways
-            .iter()
-            .map(|gateway| format!("{}={}", gateway.node_id, gateway.advertise))
-            .collect::<Vec<_>>()
-            .join(",");
+        cluster.advertise_initial_cluster();
         let processes = Self {
-            root,
-            palisade: palisade.to_path_buf(),
-            initial_cluster,
-            fault_plan,
-            gateways: Mutex::new(gateways),
+            driver_dir: cluster.driver_dir.clone(),
+            cluster: Mutex::new(cluster),
             proxies: Proxies::start(routes),
         };
         for node_id in 1..=replicas {
@@ -141,101 +133,64 @@ impl Processes {
         Ok(processes)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Gateway>> {
-        self.gateways
+    fn lock(&self) -> std::sync::MutexGuard<'_, LocalCluster> {
+        self.cluster
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn driver_dir(&self) -> PathBuf {
-        self.root.path().join("executions")
+        self.driver_dir.clone()
     }
 
     fn spawn(&self, node_id: NodeId) -> Result<(), ChaosError> {
-        let mut gateways = self.lock();
-        let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id) else {
+        let mut cluster = self.lock();
+        let Some(replica) = cluster
+            .replicas
+            .iter_mut()
+            .find(|replica| replica.node_id == node_id)
+        else {
             return Ok(());
         };
-        if gateway.child.is_some() {
+        if replica.is_running() {
             return Ok(());
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.root.path().join(format!("replica-{node_id}.log")))?;
-        let mut command = Command::new(&self.palisade);
-        command
-            .args(["gateway", "run"])
-            .args(["--node-id", &node_id.to_string()])
-            .args(["--listen", &gateway.listen.to_string()])
-            .args(["--advertise", &gateway.advertise.to_string()])
-            .arg("--data-dir")
-            .arg(self.root.path().join(format!("replica-{node_id}")))
-            .arg("--driver-dir")
-            .arg(self.driver_dir())
-            .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--stop-grace-seconds", "1"])
-            .args(["--heartbeat-ms", "50"])
-            .args(["--election-timeout-min-ms", "300"])
-            .args(["--election-timeout-max-ms", "600"])
-            .args(["--drain-seconds", "1"])
-            .env("PALISADE_LOG", "warn")
-            .env_remove("PALISADE_POSTGRES_URL")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        match &self.fault_plan {
-            Some(plan) => {
-                command.args(["--driver", "fault", "--fault-plan", plan]);
-            }
-            None => {
-                command.args(["--driver", "process"]);
-            }
-        }
-        let child = command.spawn().map_err(|error| {
-            ChaosError::Process(format!(
-                "cannot run {} gateway run: {error}",
-                self.palisade.display()
-            ))
-        })?;
-        self.proxies.set_pid(child.id(), node_id);
-        gateway.child = Some(child);
-        gateway.paused = false;
+        replica.start().map_err(testkit_error)?;
+        self.proxies.set_pid(replica.pid(), node_id);
         Ok(())
     }
 
     fn kill(&self, node_id: NodeId) {
-        let mut gateways = self.lock();
-        if let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id)
-            && let Some(mut child) = gateway.child.take()
+        let mut cluster = self.lock();
+        if let Some(replica) = cluster
+            .replicas
+            .iter_mut()
+            .find(|replica| replica.node_id == node_id)
         {
-            signal(child.id(), libc::SIGKILL);
-            let _ = child.wait();
-            gateway.paused = false;
+            replica.kill();
         }
     }
 
     fn pause(&self, node_id: NodeId, paused: bool) {
-        let mut gateways = self.lock();
-        if let Some(gateway) = gateways.iter_mut().find(|g| g.node_id == node_id)
-            && let Some(child) = &gateway.child
-        {
-            signal(
-                child.id(),
-                if paused { libc::SIGSTOP } else { libc::SIGCONT },
-            );
-            gateway.paused = paused;
+        let cluster = self.lock();
+        if let Some(replica) = cluster.get(node_id) {
+            if paused {
+                replica.pause();
+            } else {
+                replica.resume();
+            }
         }
     }
 
     fn node_ids(&self) -> Vec<NodeId> {
-        self.lock().iter().map(|g| g.node_id).collect()
+        self.lock().node_ids()
     }
 
     fn endpoints(&self) -> Vec<(NodeId, String)> {
         self.lock()
+            .replicas
             .iter()
-            .map(|g| (g.node_id, format!("http://{}", g.listen)))
+            .map(|replica| (replica.node_id, replica.uri()))
             .collect()
     }
 
@@ -250,10 +205,13 @@ impl Processes {
 
     fn kill_all(&self) {
         for node_id in self.node_ids() {
-            self.pause(node_id, false);
             self.kill(node_id);
         }
     }
+}
+
+fn testkit_error(error: palisade_testkit::TestkitError) -> ChaosError {
+    ChaosError::Process(error.to_string())
 }
 
 fn admin(uri: &str) -> Option<ClusterAdminClient<Channel>> {

@@ -18,11 +18,20 @@ use palisade_proto::v1::{
 use sha2::Digest;
 use tonic::{Code, Request, Response, Status};
 
-use crate::client::endpoint_uri;
 use crate::errors::{self, NO_LEADER};
 use crate::replica::Replica;
 
 /// How long a membership change may take (a learner catching up included).
+/// Normalizes `host:port` or `http://host:port` to a URI.
+pub fn endpoint_uri(endpoint: &str) -> String {
+    let endpoint = endpoint.trim();
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
 const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a leader transfer may take to show.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);

@@ -40,7 +40,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::driver::{ComputeDriver, DriverError, ExecutionStatus, LaunchSpec};
+use palisade_driver::{ComputeDriver, DriverError, ExecutionStatus, LaunchSpec};
 
 /// How long a new leader's executor waits for openraft's metrics to show
 /// its leadership (they are published just after the leader-change

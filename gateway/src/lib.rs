@@ -1,40 +1,79 @@
-//! The Palisade gateway: the public gRPC service, the leader-only effect
-//! executor, compute drivers, and the `palisade` binary's commands.
+//! The Palisade server library: one replica — its Raft node, the public
+//! gRPC service, the admin service, the leader-only effect executor and the
+//! execution tokens. No command line lives here (that is `palisade-cli`)
+//! and no compute driver (that is `palisade-driver`): a replica is given a
+//! `ComputeDriver` and a [`node::NodeConfig`] and runs until its shutdown
+//! future resolves. Errors are typed ([`node::NodeError`], tonic statuses
+//! with `google.rpc.ErrorInfo` reasons from [`errors`]).
+//!
+//! # Key decision: apply decides, the executor acts, handlers wait
+//!
+//! A handler validates and authorizes, proposes one `Begin*` command and
+//! waits; the pure `palisade_lifecycle::apply` decides (precondition,
+//! receipt, phase) identically on every replica; only the leader's executor
+//! touches compute, fenced by term, and reports back with a `Complete*`
+//! command. Nothing decides twice, and a replica that loses leadership
+//! mid-request answers UNAVAILABLE for the client to retry with the same
+//! request id.
+//!
+//! # One request, hop by hop
+//!
+//! `palisade sandbox delete NAME --expected-id ID`, from the CLI to the
+//! answer. Open the files in this order:
+//!
+//! 1. `cli/src/commands/sandbox.rs::run` builds a `DeleteSandboxRequest`
+//!    (name, `expected_sandbox_id`, a fresh request id) and
+//!    `cli/src/client.rs::Client::palisade` sends it, failing over between
+//!    replicas and keeping the request id across its retries.
+//! 2. [`service`]: `PalisadeService::delete_sandbox` (tonic handler) hands
+//!    over to `service/sandboxes.rs`, which validates the input, computes
+//!    the payload digest for the receipt (`service/request.rs`) and runs the
+//!    operation: [`replica::Replica::propose`] with `Command::BeginDelete`.
+//! 3. [`replica`]: `Replica::propose` writes through openraft on the leader,
+//!    or forwards the command to it (`raft/src/network` client,
+//!    `raft/src/peer_service.rs::forward_write` on the leader).
+//! 4. `raft/src/state_machine.rs::apply` feeds each committed entry to
+//!    `lifecycle/src/apply.rs::apply`, which checks the expected id
+//!    (SANDBOX_IDENTITY_MISMATCH otherwise), records the receipt and marks
+//!    the sandbox DELETING with a pending delete operation.
+//! 5. [`executor`]: on the leader, `Executor::run` sees the pending
+//!    operation, `Executor::perform` confirms leadership in the term it
+//!    started in, calls the driver's `remove` (`driver/src/lib.rs`,
+//!    `ComputeDriver::remove`) and proposes `Command::CompleteDelete`.
+//! 6. `lifecycle/src/apply.rs::complete_delete` removes the sandbox, its
+//!    owned records and its name in one entry.
+//! 7. Back in `service/sandboxes.rs`, the handler, waiting with
+//!    [`replica::Replica::wait_until`] for its receipt's terminal result,
+//!    answers `deleted` — or UNAVAILABLE (LEADERSHIP_CHANGED /
+//!    OUTCOME_PENDING) for the client to retry with the same request id.
 //!
 //! # Layout
 //!
 //! - [`node`]: runs one replica (storage, Raft, executor, gRPC server) with
-//!   a designed shutdown.
+//!   a designed shutdown; [`node::NodeError`].
 //! - [`replica`]: proposing (locally or forwarded), linearizable reads,
 //!   waiting for the applied state.
-//! - [`service`]: `palisade.v1.Palisade` handlers; validation at the edge.
+//! - [`service`]: `palisade.v1.Palisade` handlers, split by resource;
+//!   validation at the edge.
 //! - [`admin`]: `palisade.v1.ClusterAdmin`: cluster view and membership.
-//! - [`projection`]: the optional PostgreSQL read projection
-//!   (`--postgres-url`).
 //! - [`executor`]: turns committed operations into driver calls, fenced by
 //!   term.
-//! - [`driver`]: the compute driver trait and the `process` driver.
+//! - [`projection`]: the optional PostgreSQL read projection
+//!   (`--postgres-url`).
 //! - [`errors`]: statuses with `google.rpc.ErrorInfo` reasons.
 //! - [`token`]: attested execution tokens.
 //! - [`convert`]: core types <-> API messages.
-//! - [`client`]: the multi-endpoint client the CLI uses.
-//! - [`cli`], [`serve`], [`up`]: the command line.
 //! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled
 //!   in only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
 
 pub mod admin;
-pub mod cli;
-pub mod client;
 pub mod convert;
-pub mod driver;
 pub mod errors;
 pub mod executor;
 pub mod node;
 pub mod planted;
 pub mod projection;
 pub mod replica;
-pub mod serve;
 pub mod service;
 pub mod token;
-pub mod up;

@@ -26,7 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use palisade_proto::v1::cluster_admin_server::ClusterAdminServer;
 use palisade_proto::v1::palisade_server::PalisadeServer;
 use palisade_raft::hooks::{FaultPoints, LinkFaults};
@@ -41,10 +40,10 @@ use tonic::server::NamedService;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
-use crate::driver::ComputeDriver;
 use crate::executor::{Executor, ExecutorConfig};
 use crate::replica::{Replica, ReplicaTimeouts};
 use crate::service::PalisadeService;
+use palisade_driver::ComputeDriver;
 
 /// Raft timing, in milliseconds.
 #[derive(Debug, Clone)]
@@ -104,8 +103,70 @@ pub struct NodeConfig {
     pub postgres_url: Option<String>,
 }
 
+/// Why a replica could not start or stopped serving. Each message says what
+/// to do next where there is something to do.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The Raft timing flags are inconsistent.
+    #[error("invalid Raft timing: election timeouts must exceed the heartbeat interval ({0})")]
+    RaftTiming(String),
+    /// The data directory or its node-id marker could not be made or read.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The data directory belongs to another node id.
+    #[error(
+        "data directory {path} belongs to node {existing}, not node {node_id}; use that node id or another directory"
+    )]
+    DataDirOfAnotherNode {
+        /// The directory.
+        path: PathBuf,
+        /// The node id it was claimed by.
+        existing: String,
+        /// The node id this replica was started with.
+        node_id: NodeId,
+    },
+    /// The public listener could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The durable Raft log could not be opened.
+    #[error("cannot open the Raft log in {path}: {message}")]
+    LogStore {
+        /// The data directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The snapshot store could not be opened.
+    #[error("cannot open the snapshot store: {0}")]
+    SnapshotStore(std::io::Error),
+    /// openraft refused to start or stopped.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// `--initial-cluster` does not name this node.
+    #[error(
+        "--initial-cluster does not name this node ({0}); list every founding member as ID=ADDRESS"
+    )]
+    NotInInitialCluster(NodeId),
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Server(String),
+    /// The PostgreSQL projection could not be configured.
+    #[error("invalid --postgres-url (expected postgres://USER:PASSWORD@HOST:PORT/DATABASE): {0}")]
+    Projection(String),
+}
+
 /// Builds the openraft config from the timing.
-pub fn raft_config(timing: &RaftTiming) -> anyhow::Result<openraft::Config> {
+pub fn raft_config(timing: &RaftTiming) -> Result<openraft::Config, NodeError> {
     let config = openraft::Config {
         cluster_name: "palisade".to_string(),
         heartbeat_interval: timing.heartbeat_ms,
@@ -119,34 +180,40 @@ pub fn raft_config(timing: &RaftTiming) -> anyhow::Result<openraft::Config> {
     };
     config
         .validate()
-        .context("invalid Raft timing: election timeouts must exceed the heartbeat interval")
+        .map_err(|error| NodeError::RaftTiming(error.to_string()))
 }
 
 /// A node id marker, so a data directory is never reused under another id.
-fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> anyhow::Result<()> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> Result<(), NodeError> {
+    let failed = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| NodeError::DataDir { path, source }
+    };
+    std::fs::create_dir_all(data_dir).map_err(failed(data_dir))?;
     let marker = data_dir.join("node-id");
     match std::fs::read_to_string(&marker) {
         Ok(existing) => {
             let existing = existing.trim();
             if existing != node_id.to_string() {
-                bail!(
-                    "data directory {} belongs to node {existing}, not node {node_id}; use that node id or another directory",
-                    data_dir.display()
-                );
+                return Err(NodeError::DataDirOfAnotherNode {
+                    path: data_dir.to_path_buf(),
+                    existing: existing.to_string(),
+                    node_id,
+                });
             }
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let temporary = data_dir.join("node-id.tmp");
-            std::fs::write(&temporary, node_id.to_string())?;
-            std::fs::File::open(&temporary)?.sync_all()?;
-            std::fs::rename(&temporary, &marker)?;
-            std::fs::File::open(data_dir)?.sync_all()?;
+            std::fs::write(&temporary, node_id.to_string()).map_err(failed(&temporary))?;
+            std::fs::File::open(&temporary)
+                .and_then(|file| file.sync_all())
+                .map_err(failed(&temporary))?;
+            std::fs::rename(&temporary, &marker).map_err(failed(&marker))?;
+            std::fs::File::open(data_dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(failed(data_dir))?;
         }
-        Err(error) => {
-            return Err(error).with_context(|| format!("cannot read {}", marker.display()));
-        }
+        Err(error) => return Err(failed(&marker)(error)),
     }
     Ok(())
 }
@@ -178,10 +245,13 @@ pub async fn run(
     config: NodeConfig,
     driver: Arc<dyn ComputeDriver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), NodeError> {
     let listener = TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
+        .map_err(|source| NodeError::Listen {
+            address: config.listen,
+            source,
+        })?;
     run_with_listener(config, driver, listener, shutdown).await
 }
 
@@ -191,7 +261,7 @@ pub async fn run_with_listener(
     driver: Arc<dyn ComputeDriver>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), NodeError> {
     run_with_hooks(config, driver, listener, NodeHooks::default(), shutdown).await
 }
 
@@ -203,15 +273,20 @@ pub async fn run_with_hooks(
     listener: TcpListener,
     hooks: NodeHooks,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), NodeError> {
     let node_id = config.node_id;
     claim_data_dir(&config.data_dir, node_id)?;
-    let log_store = LogStore::<TypeConfig>::open(config.data_dir.join("raft-log"))
-        .with_context(|| format!("cannot open the Raft log in {}", config.data_dir.display()))?;
+    let log_store =
+        LogStore::<TypeConfig>::open(config.data_dir.join("raft-log")).map_err(|error| {
+            NodeError::LogStore {
+                path: config.data_dir.clone(),
+                message: error.to_string(),
+            }
+        })?;
     // Projection: the projector reads the log through its own reader.
     let log_reader = log_store.reader();
     let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
-        .context("cannot open the snapshot store")?;
+        .map_err(NodeError::SnapshotStore)?;
     if let Some(fault_points) = &hooks.fault_points {
         state_machine = state_machine.with_fault_points(node_id, fault_points.clone());
     }
@@ -222,7 +297,7 @@ pub async fn run_with_hooks(
     let network = peers.network_factory();
     let raft: Raft = openraft::Raft::new(node_id, raft_config, network, log_store, state_machine)
         .await
-        .context("cannot start Raft")?;
+        .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
 
     if !config.initial_cluster.is_empty() {
         initialize_once(&raft, node_id, &config.initial_cluster).await?;
@@ -286,7 +361,9 @@ pub async fn run_with_hooks(
         .set_serving::<PalisadeServer<PalisadeService>>()
         .await;
 
-    let local = listener.local_addr()?;
+    let local = listener
+        .local_addr()
+        .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?;
     info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let gate = DrainGate::new();
@@ -314,7 +391,10 @@ pub async fn run_with_hooks(
                 projection.stop().await;
             }
             raft.shutdown().await.ok();
-            return result.context("server task failed")?.context("gRPC server failed");
+            return match result {
+                Ok(served) => served.map_err(|error| NodeError::Server(error.to_string())),
+                Err(error) => Err(NodeError::Server(format!("server task failed: {error}"))),
+            };
         }
     }
 
@@ -358,13 +438,15 @@ async fn initialize_once(
     raft: &Raft,
     node_id: NodeId,
     initial_cluster: &BTreeMap<NodeId, String>,
-) -> anyhow::Result<()> {
+) -> Result<(), NodeError> {
     if !initial_cluster.contains_key(&node_id) {
-        bail!(
-            "--initial-cluster does not name this node ({node_id}); list every founding member as ID=ADDRESS"
-        );
+        return Err(NodeError::NotInInitialCluster(node_id));
     }
-    if raft.is_initialized().await.context("raft stopped")? {
+    if raft
+        .is_initialized()
+        .await
+        .map_err(|error| NodeError::Raft(format!("stopped: {error}")))?
+    {
         info!("cluster already initialized; not initializing again");
         return Ok(());
     }

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use palisade_projection::{
     Projection, ProjectionConfig, ProjectionError, RaftReplica, SandboxPage, SandboxQuery,
 };
@@ -56,7 +55,7 @@ pub fn start(
     raft: &Raft,
     state: StateHandle,
     log: LogReader<TypeConfig>,
-) -> anyhow::Result<RunningProjection> {
+) -> Result<RunningProjection, crate::node::NodeError> {
     let (leads, leading) = watch::channel(false);
     let leads = Arc::new(leads);
     let (on_lead, on_step_down) = (leads.clone(), leads);
@@ -79,7 +78,7 @@ pub fn start(
             let _ = stopped.await;
         },
     )
-    .context("invalid --postgres-url (expected postgres://USER:PASSWORD@HOST:PORT/DATABASE)")?;
+    .map_err(|error| crate::node::NodeError::Projection(error.to_string()))?;
     info!(
         node = node_id,
         "PostgreSQL projection enabled; this replica projects while it leads"

@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 
-pub mod chaos;
 mod owned;
 pub mod sandbox;
 
@@ -17,7 +16,7 @@ use palisade_proto::v1;
 use serde_json::json;
 
 use crate::client::{Client, ClientError, parse_endpoints};
-use crate::convert::phase_from_proto;
+use palisade_gateway::convert::phase_from_proto;
 
 /// Default endpoints: the three replicas `palisade up` starts.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
@@ -84,19 +83,20 @@ pub enum Command {
     /// Internal: supervise one execution (started by the process driver).
     #[command(hide = true)]
     Shim(ShimArgs),
-    /// Run chaos campaigns against a cluster (runs the `palisade-chaos`
-    /// binary with these arguments; see `palisade chaos run --help`).
-    Chaos(ChaosArgs),
+    /// Run chaos campaigns: a cluster, faults, a concurrent workload and a
+    /// history checker (the `palisade-chaos` library; see `palisade chaos
+    /// run --help`).
+    #[command(subcommand)]
+    Chaos(ChaosCommand),
 }
 
-/// Arguments of `palisade chaos`, passed through verbatim to
-/// `palisade-chaos`, e.g. `run --seed 7 --ops 1000 --nemesis all`.
-#[derive(Debug, Args)]
-#[command(disable_help_flag = true)]
-pub struct ChaosArgs {
-    /// Arguments for `palisade-chaos`.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<std::ffi::OsString>,
+/// `palisade chaos ...`
+#[derive(Debug, Subcommand)]
+pub enum ChaosCommand {
+    /// Run one campaign, or one per seed with --seeds. Exit status 0: no
+    /// anomaly; 1: an anomaly (printed with its history excerpt and the seed
+    /// to re-run); 2: the harness could not run.
+    Run(palisade_chaos::cli::RunArgs),
 }
 
 /// Arguments of the hidden `palisade shim` command, passed through verbatim
@@ -189,7 +189,7 @@ pub(crate) fn parse_phase(text: &str) -> anyhow::Result<i32> {
     palisade_lifecycle::SandboxPhase::ALL
         .iter()
         .find(|phase| phase.as_str() == wanted)
-        .map(|phase| crate::convert::phase_to_proto(*phase) as i32)
+        .map(|phase| palisade_gateway::convert::phase_to_proto(*phase) as i32)
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "unknown phase {text:?}; one of {}",
@@ -363,7 +363,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
-            unreachable!("server and chaos commands are dispatched in main")
+            unreachable!("server, shim and chaos commands are dispatched in main")
         }
     }
 }

@@ -1,27 +1,34 @@
-//! Cluster-test helpers: a [`Cluster`] of `palisade gateway run` processes
-//! on loopback that kills them (and every sandbox process they started)
-//! when dropped, gRPC probes of each replica's own view, a [`Workload`] of
-//! concurrent clients that records every acknowledged operation, and
-//! process-table checks of the process driver's executions.
+//! Cluster-test helpers on top of `palisade-testkit`: a [`Cluster`] of the
+//! binary under test whose waits panic on timeout, a [`Workload`] of
+//! concurrent clients (the CLI's failover client) that records every
+//! acknowledged operation, and reads through that client.
 //!
 //! Everything that waits polls for a condition with a generous deadline:
 //! these tests run beside others on a loaded two-core machine.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use palisade_gateway::client::{Client, ClientError};
+use palisade_cli::client::{Client, ClientError};
 use palisade_proto::v1;
-use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
+use palisade_testkit::{ClusterSpec, LocalCluster, ReplicaProcess};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
-use super::{Replica, free_ports, signal};
+pub use palisade_testkit::probe::{
+    by_id, channel, cluster_info, generation_of, id_of, operation_of, phase_of,
+};
+pub use palisade_testkit::processes::{
+    ExecutionProcesses, exactly_running, execution_dirs, execution_processes, kill_executions,
+};
+
+use super::{palisade, with_default_stop_grace};
 
 /// How long a cluster may take to elect a leader (first start or failover).
 pub const ELECTION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,11 +38,21 @@ pub const CLIENT_FAILOVER_DEADLINE: Duration = Duration::from_secs(90);
 /// that made it, so a retried create can recognise its own sandbox.
 pub const REQUEST_LABEL: &str = "palisade.test/request";
 
-/// Replica processes sharing one temporary directory and driver directory.
-pub struct Cluster {
-    pub replicas: Vec<Replica>,
-    pub driver_dir: PathBuf,
-    pub root: tempfile::TempDir,
+/// A [`LocalCluster`] of the binary under test whose waits panic on
+/// timeout, as a test wants.
+pub struct Cluster(LocalCluster);
+
+impl Deref for Cluster {
+    type Target = LocalCluster;
+    fn deref(&self) -> &LocalCluster {
+        &self.0
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut LocalCluster {
+        &mut self.0
+    }
 }
 
 impl Cluster {
@@ -47,178 +64,46 @@ impl Cluster {
 
     /// Like [`Cluster::start`], with `PALISADE_LOG=log_filter`.
     pub fn start_with_log(size: u64, extra_args: &[&str], log_filter: &str) -> Cluster {
-        let root = tempfile::tempdir().unwrap();
-        let base = free_ports(size as u16);
-        let addresses: Vec<(u64, String)> = (1..=size)
-            .map(|id| (id, format!("127.0.0.1:{}", base + id as u16 - 1)))
-            .collect();
-        let initial_cluster = addresses
-            .iter()
-            .map(|(id, address)| format!("{id}={address}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut replicas = Vec::new();
-        for (id, address) in &addresses {
-            let mut replica = Replica::new(*id, address, root.path(), &initial_cluster);
-            replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
-            replica.log_filter = log_filter.to_string();
-            replica.start();
-            replicas.push(replica);
-        }
-        Cluster {
-            driver_dir: root.path().join("executions"),
-            replicas,
-            root,
-        }
+        let spec = ClusterSpec::new(palisade(), size)
+            .gateway_args(with_default_stop_grace(extra_args))
+            .log_filter(log_filter);
+        Cluster(LocalCluster::start(spec).expect("start the cluster"))
     }
 
     /// Starts one more replica, without `--initial-cluster`: it waits to be
     /// added as a learner.
-    pub fn start_joining(&mut self, node_id: u64, extra_args: &[&str]) -> &mut Replica {
-        let address = format!("127.0.0.1:{}", free_ports(1));
-        let mut replica = Replica::new(node_id, &address, self.root.path(), "");
-        replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
-        replica.start();
-        self.replicas.push(replica);
-        self.replicas.last_mut().unwrap()
-    }
-
-    pub fn replica(&self, node_id: u64) -> &Replica {
-        self.replicas
-            .iter()
-            .find(|replica| replica.node_id == node_id)
-            .unwrap_or_else(|| panic!("no replica {node_id}"))
-    }
-
-    pub fn replica_mut(&mut self, node_id: u64) -> &mut Replica {
-        self.replicas
-            .iter_mut()
-            .find(|replica| replica.node_id == node_id)
-            .unwrap_or_else(|| panic!("no replica {node_id}"))
-    }
-
-    pub fn node_ids(&self) -> Vec<u64> {
-        self.replicas
-            .iter()
-            .map(|replica| replica.node_id)
-            .collect()
-    }
-
-    /// URIs of the given replicas.
-    pub fn uris(&self, node_ids: &[u64]) -> Vec<String> {
-        node_ids.iter().map(|id| self.replica(*id).uri()).collect()
-    }
-
-    /// URIs of every replica.
-    pub fn all_uris(&self) -> Vec<String> {
-        self.uris(&self.node_ids())
-    }
-
-    /// Comma-separated addresses of the given replicas, for the CLI.
-    pub fn cli_endpoints(&self, node_ids: &[u64]) -> String {
-        node_ids
-            .iter()
-            .map(|id| self.replica(*id).address.clone())
-            .collect::<Vec<_>>()
-            .join(",")
+    pub fn start_joining(&mut self, node_id: u64, extra_args: &[&str]) -> &mut ReplicaProcess {
+        let args = with_default_stop_grace(extra_args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.0
+            .start_joining(node_id, &args)
+            .expect("start a joining replica")
     }
 
     /// Waits until every replica in `among` answers and names the same
     /// leader, itself one of `among`; returns (leader, term).
     pub async fn wait_for_leader(&self, among: &[u64]) -> (u64, u64) {
-        let deadline = Instant::now() + ELECTION_TIMEOUT;
-        loop {
-            let mut views = Vec::new();
-            for id in among {
-                views.push(cluster_info(&self.replica(*id).uri()).await);
-            }
-            let agreed: BTreeSet<(Option<u64>, u64)> = views
-                .iter()
-                .flatten()
-                .map(|info| (info.leader_id, info.term))
-                .collect();
-            if views.iter().all(Option::is_some)
-                && agreed.len() == 1
-                && let Some((Some(leader), term)) = agreed.first().copied()
-                && among.contains(&leader)
-            {
-                return (leader, term);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "replicas {among:?} agreed on no leader within {ELECTION_TIMEOUT:?}: {views:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.0
+            .wait_for_leader(among, ELECTION_TIMEOUT)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
     }
 
     /// Waits until every replica in `among` applied what the leader had
     /// committed when this was called.
     pub async fn wait_caught_up(&self, among: &[u64]) {
-        let (leader, _) = self.wait_for_leader(among).await;
-        let target = cluster_info(&self.replica(leader).uri())
+        self.0
+            .wait_caught_up(among, ELECTION_TIMEOUT)
             .await
-            .expect("the leader answers")
-            .commit_index;
-        let deadline = Instant::now() + ELECTION_TIMEOUT;
-        for id in among {
-            loop {
-                let applied = cluster_info(&self.replica(*id).uri())
-                    .await
-                    .map_or(0, |info| info.applied_index);
-                if applied >= target {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "node {id} applied {applied}, not {target}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+            .unwrap_or_else(|error| panic!("{error}"));
     }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for replica in &mut self.replicas {
-            if let Some(child) = &replica.child {
-                signal(child.id(), libc::SIGCONT);
-            }
-            replica.kill();
-        }
-        kill_executions(&self.driver_dir);
-    }
-}
-
-/// A channel to one replica with short connect and call deadlines.
-pub async fn channel(uri: &str, call_timeout: Duration) -> Option<Channel> {
-    Endpoint::from_shared(uri.to_string())
-        .ok()?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(call_timeout)
-        .connect()
-        .await
-        .ok()
 }
 
 /// A `palisade.v1.Palisade` client to exactly one replica (no failover).
 pub async fn direct_client(uri: &str, call_timeout: Duration) -> PalisadeClient<Channel> {
-    let channel = channel(uri, call_timeout)
+    palisade_testkit::probe::direct_client(uri, call_timeout)
         .await
-        .unwrap_or_else(|| panic!("cannot connect to {uri}"));
-    PalisadeClient::new(channel)
-}
-
-/// One replica's own view of the cluster, or `None` if it does not answer
-/// within a few seconds.
-pub async fn cluster_info(uri: &str) -> Option<v1::ClusterInfo> {
-    let channel = channel(uri, Duration::from_secs(3)).await?;
-    ClusterAdminClient::new(channel)
-        .get_cluster_info(v1::GetClusterInfoRequest {})
-        .await
-        .ok()
-        .map(tonic::Response::into_inner)
+        .unwrap_or_else(|| panic!("cannot connect to {uri}"))
 }
 
 /// Runs the `palisade` CLI without blocking the runtime; returns the output.
@@ -257,40 +142,6 @@ pub fn failover_client(endpoints: Vec<String>) -> Client {
     let mut client = Client::new(endpoints);
     client.failover_deadline = CLIENT_FAILOVER_DEADLINE;
     client
-}
-
-pub fn by_id(id: &str) -> Option<v1::SandboxRef> {
-    Some(v1::SandboxRef {
-        id: id.to_string(),
-        ..Default::default()
-    })
-}
-
-pub fn phase_of(sandbox: &v1::Sandbox) -> v1::SandboxPhase {
-    sandbox
-        .status
-        .as_ref()
-        .and_then(|status| v1::SandboxPhase::try_from(status.phase).ok())
-        .unwrap_or(v1::SandboxPhase::Unspecified)
-}
-
-pub fn id_of(sandbox: &v1::Sandbox) -> String {
-    sandbox
-        .metadata
-        .as_ref()
-        .map_or(String::new(), |meta| meta.id.clone())
-}
-
-pub fn generation_of(sandbox: &v1::Sandbox) -> u64 {
-    sandbox
-        .status
-        .as_ref()
-        .and_then(|status| status.execution.as_ref())
-        .map_or(0, |execution| execution.generation)
-}
-
-pub fn operation_of(sandbox: &v1::Sandbox) -> Option<v1::Operation> {
-    sandbox.status.as_ref().and_then(|status| status.operation)
 }
 
 /// Reads one sandbox through `client` (linearizable); `None` if not found.
@@ -693,146 +544,6 @@ pub async fn verify_acknowledged(
 // ---------------------------------------------------------------------------
 // Process table
 // ---------------------------------------------------------------------------
-
-/// The execution (sandbox id, generation) a path under the driver
-/// directory belongs to: `DRIVER_DIR/ID/GENERATION/...`.
-fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
-    let mut parts = path.strip_prefix(driver_dir).ok()?.components();
-    let id = parts.next()?.as_os_str().to_string_lossy().into_owned();
-    let generation = parts.next()?.as_os_str().to_string_lossy().parse().ok()?;
-    Some((id, generation))
-}
-
-/// Live processes (not zombies) by what they are to the process driver.
-#[derive(Debug, Default)]
-pub struct ExecutionProcesses {
-    /// Shims (`palisade shim run DIR`), by execution.
-    pub shims: BTreeMap<(String, u64), Vec<u32>>,
-    /// Processes of sandbox commands (working directory `DIR/work`), by
-    /// execution, with their argv[0].
-    pub commands: BTreeMap<(String, u64), Vec<(u32, String)>>,
-}
-
-/// Scans /proc for the shims and commands of executions under `driver_dir`.
-pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
-    let mut found = ExecutionProcesses::default();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if !super::alive(pid) {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let words: Vec<String> = cmdline
-            .split(|byte| *byte == 0)
-            .map(|word| String::from_utf8_lossy(word).into_owned())
-            .collect();
-        if words.iter().any(|word| word == "shim")
-            && let Some(execution) = words
-                .iter()
-                .find_map(|word| execution_of(driver_dir, Path::new(word)))
-        {
-            found.shims.entry(execution).or_default().push(pid);
-            continue;
-        }
-        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
-            && let Some(execution) = execution_of(driver_dir, &cwd)
-        {
-            let program = words.first().cloned().unwrap_or_default();
-            found
-                .commands
-                .entry(execution)
-                .or_default()
-                .push((pid, program));
-        }
-    }
-    found
-}
-
-/// SIGKILLs every shim and command of the executions under `driver_dir`.
-pub fn kill_executions(driver_dir: &Path) {
-    for _ in 0..50 {
-        let processes = execution_processes(driver_dir);
-        let pids: Vec<u32> = processes
-            .shims
-            .values()
-            .flatten()
-            .copied()
-            .chain(processes.commands.values().flatten().map(|(pid, _)| *pid))
-            .collect();
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            signal(pid, libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The generations the process driver keeps a directory for, by sandbox.
-pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
-    let mut dirs = BTreeMap::new();
-    for sandbox in std::fs::read_dir(driver_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if !sandbox.path().is_dir() {
-            continue;
-        }
-        let mut generations: Vec<u64> = std::fs::read_dir(sandbox.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
-            .collect();
-        generations.sort_unstable();
-        dirs.insert(
-            sandbox.file_name().to_string_lossy().into_owned(),
-            generations,
-        );
-    }
-    dirs
-}
-
-/// Whether exactly the executions in `expected_running` run, each under
-/// one shim with one `program` process (e.g. one `sleep`), and no other
-/// execution under `driver_dir` has a live process. `Err` says what differs.
-pub fn exactly_running(
-    driver_dir: &Path,
-    expected_running: &BTreeSet<(String, u64)>,
-    program: &str,
-) -> Result<(), String> {
-    let processes = execution_processes(driver_dir);
-    let with_processes: BTreeSet<(String, u64)> = processes
-        .commands
-        .keys()
-        .chain(processes.shims.keys())
-        .cloned()
-        .collect();
-    if &with_processes != expected_running {
-        return Err(format!(
-            "executions with live processes {with_processes:?}, expected {expected_running:?}: {processes:?}"
-        ));
-    }
-    for execution in expected_running {
-        let programs = processes.commands.get(execution).map_or(0, |commands| {
-            commands
-                .iter()
-                .filter(|(_, argv0)| argv0.rsplit('/').next() == Some(program))
-                .count()
-        });
-        let shims = processes.shims.get(execution).map_or(0, Vec::len);
-        if programs != 1 || shims != 1 {
-            return Err(format!(
-                "{execution:?} runs {programs} `{program}` and {shims} shims, expected one each: {processes:?}"
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// Waits (bounded) until [`exactly_running`] holds: a stopped command's
 /// shim needs a moment to record the exit and leave.

@@ -323,7 +323,7 @@ impl ComputeDriver for FaultDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::noop::NoopDriver;
+    use crate::noop::NoopDriver;
 
     fn spec() -> LaunchSpec {
         LaunchSpec {

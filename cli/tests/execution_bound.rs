@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_gateway::client::{Client, ClientError};
+use palisade_cli::client::{Client, ClientError};
 use palisade_gateway::errors::reason_of;
 use palisade_proto::v1;
 use support::cluster::*;
@@ -223,7 +223,7 @@ async fn stale_tokens_stop_nothing_and_request_ids_replay() {
     const MARKER: &str = "5301";
     let mut cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "stale_tokens_stop_nothing_and_request_ids_replay",
     };
     let all = cluster.node_ids();
@@ -363,7 +363,10 @@ async fn stale_tokens_stop_nothing_and_request_ids_replay() {
     }
     // ...and after the leader's restart (SIGKILL, then started again).
     cluster.replica_mut(leader).kill();
-    cluster.replica_mut(leader).start();
+    cluster
+        .replica_mut(leader)
+        .start()
+        .expect("start the replica");
     cluster.wait_for_leader(&all).await;
     let mut restarted = pinned(&cluster.replica(leader).uri());
     expect_refusal(
@@ -555,7 +558,7 @@ async fn stale_stops_race(gateway_args: &[&str], marker: &str, test: &'static st
     const RACERS: usize = 6;
     let mut cluster = Cluster::start(3, gateway_args);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test,
     };
     let all = cluster.node_ids();
@@ -750,7 +753,7 @@ async fn uncertain_stops_stay_pending_until_observed_and_replay_as_stopped() {
     const PLAN: &str = r#"{"stop": {"uncertain_after_first": 5}, "inspect": {"latency_ms": 300, "uncertain_before_first": 1000000}}"#;
     let mut cluster = Cluster::start(3, &["--driver", "fault", "--fault-plan", PLAN]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "uncertain_stops_stay_pending_until_observed_and_replay_as_stopped",
     };
     let all = cluster.node_ids();
@@ -893,7 +896,7 @@ async fn watch_resumed_on_another_replica_delivers_every_change_once() {
     const MARKER: &str = "5304";
     let mut cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "watch_resumed_on_another_replica_delivers_every_change_once",
     };
     let all = cluster.node_ids();
@@ -1092,7 +1095,7 @@ async fn a_watch_resumed_after_its_initial_listing_repeats_nothing() {
     const MARKER: &str = "5305";
     let cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "a_watch_resumed_after_its_initial_listing_repeats_nothing",
     };
     let all = cluster.node_ids();

@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
-use crate::driver::ComputeDriver;
-use crate::driver::noop::NoopDriver;
-use crate::driver::process::ProcessDriver;
-use crate::executor::ExecutorConfig;
-use crate::node::{NodeConfig, RaftTiming};
-use crate::replica::ReplicaTimeouts;
+use palisade_driver::ComputeDriver;
+use palisade_driver::noop::NoopDriver;
+use palisade_driver::process::ProcessDriver;
+use palisade_gateway::executor::ExecutorConfig;
+use palisade_gateway::node::{NodeConfig, RaftTiming};
+use palisade_gateway::replica::ReplicaTimeouts;
 
 /// Flags of `palisade gateway run`.
 #[derive(Debug, Clone, Args)]
@@ -48,8 +48,8 @@ pub struct RunArgs {
     /// With `--driver fault`: the faults to inject, as JSON, e.g.
     /// '{"stop": {"uncertain_after_first": 1}}' (see the fault driver's
     /// docs for every field).
-    #[arg(long, value_parser = crate::driver::fault::FaultPlan::from_json)]
-    pub fault_plan: Option<crate::driver::fault::FaultPlan>,
+    #[arg(long, value_parser = palisade_driver::fault::FaultPlan::from_json)]
+    pub fault_plan: Option<palisade_driver::fault::FaultPlan>,
     /// Directory the process driver keeps executions in. Every replica on a
     /// host must use the same one (default: DATA_DIR/../executions).
     #[arg(long)]
@@ -182,7 +182,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 Arc::new(ProcessDriver::new(driver_dir, shim_program));
             if args.driver == DriverKind::Fault {
                 let plan = args.fault_plan.clone().unwrap_or_default();
-                Arc::new(crate::driver::fault::FaultDriver::new(process, plan))
+                Arc::new(palisade_driver::fault::FaultDriver::new(process, plan))
             } else {
                 process
             }
@@ -207,5 +207,5 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         drain_timeout: Duration::from_secs(args.drain_seconds),
         postgres_url: args.postgres_url.clone(),
     };
-    crate::node::run(config, driver, shutdown_signal()).await
+    Ok(palisade_gateway::node::run(config, driver, shutdown_signal()).await?)
 }

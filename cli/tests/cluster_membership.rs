@@ -36,7 +36,7 @@ async fn add_learner_promote_and_remove_under_load() {
 
     // A fourth replica starts empty, without --initial-cluster...
     let joining = cluster.start_joining(4, &["--driver", "noop"]);
-    let address = joining.address.clone();
+    let address = joining.listen.clone();
     // ...and joins as a learner: the command returns once it caught up.
     let added = cli_json_async(&admin, &["cluster", "add-learner", "4", &address]).await;
     let role_of = |info: &serde_json::Value, node: u64| {

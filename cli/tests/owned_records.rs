@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use palisade_gateway::client::{Client, ClientError};
+use palisade_cli::client::{Client, ClientError};
 use palisade_proto::v1;
 use support::cluster::*;
 use support::{KeepLogsOnFailure, alive};
@@ -177,7 +177,7 @@ async fn delete_bound_to_an_id_never_deletes_a_replacement() {
     const MARKER: &str = "5201";
     let cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "delete_bound_to_an_id_never_deletes_a_replacement",
     };
     let all = cluster.node_ids();
@@ -492,7 +492,7 @@ async fn owned_records_go_with_their_sandboxes_and_the_workspace_deletes_at_once
     const SESSIONS_IN_FLIGHT: usize = 24;
     let cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "owned_records_go_with_their_sandboxes_and_the_workspace_deletes_at_once",
     };
     let all = cluster.node_ids();
@@ -719,7 +719,7 @@ async fn cli_delete_forms_and_workspace_deletion() {
     const MARKER: &str = "5203";
     let cluster = Cluster::start(3, &[]);
     let _logs = KeepLogsOnFailure {
-        root: cluster.root.path().to_path_buf(),
+        root: cluster.root().to_path_buf(),
         test: "cli_delete_forms_and_workspace_deletion",
     };
     let all = cluster.node_ids();

@@ -16,7 +16,7 @@ use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::errors::reason_of;
+use palisade_gateway::errors::reason_of;
 
 /// How long to try to connect to one endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,15 +33,7 @@ const FAILOVER_DEADLINE: Duration = Duration::from_secs(15);
 /// Pause between rounds over all endpoints.
 const FAILOVER_BACKOFF: Duration = Duration::from_millis(200);
 
-/// Normalizes `host:port` or `http://host:port` to a URI.
-pub fn endpoint_uri(endpoint: &str) -> String {
-    let endpoint = endpoint.trim();
-    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    }
-}
+pub use palisade_gateway::admin::endpoint_uri;
 
 /// Splits a comma-separated endpoint list.
 pub fn parse_endpoints(list: &str) -> anyhow::Result<Vec<String>> {

@@ -1,9 +1,7 @@
 //! The process-level mode, briefly: the same workload and checks against
 //! three real gateway processes on loopback, with SIGKILL, SIGSTOP/SIGCONT,
-//! proxy partitions and leadership transfers. The gateway binary is this
-//! crate's `palisade-chaos`, whose hidden `gateway run` is exactly
-//! `palisade gateway run` (same code); `palisade-chaos run --mode process`
-//! uses the real `palisade` binary by default.
+//! proxy partitions and leadership transfers, through the real `palisade`
+//! binary (which is why this test lives in the crate that builds it).
 
 use palisade_chaos::{CampaignConfig, Mode, NemesisKind, run_campaign};
 
@@ -19,7 +17,7 @@ async fn real_processes_under_kills_pauses_and_partitions_stay_correct() {
             NemesisKind::Driver,
         ],
         mode: Mode::Processes {
-            palisade: env!("CARGO_BIN_EXE_palisade-chaos").into(),
+            palisade: env!("CARGO_BIN_EXE_palisade").into(),
         },
         ..CampaignConfig::new(21)
     };

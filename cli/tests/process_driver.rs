@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use palisade_gateway::driver::process::ProcessDriver;
-use palisade_gateway::driver::{
+use palisade_driver::process::ProcessDriver;
+use palisade_driver::{
     ComputeDriver, DriverError, ExecutionHandle, ExecutionIdentity, ExecutionStatus, LaunchSpec,
 };
 

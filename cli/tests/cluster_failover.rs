@@ -4,7 +4,7 @@
 //! whose replica loses leadership mid-flight answers.
 //!
 //! The clients are the failover client the CLI uses
-//! (`palisade_gateway::client::Client`), each request with its own request
+//! (`palisade_cli::client::Client`), each request with its own request
 //! id kept across the client's retries. What they check:
 //!
 //! - no acknowledged operation is lost, and nothing appears that no
@@ -60,7 +60,7 @@ fn stubborn_command(marker: &str) -> Vec<String> {
 }
 
 async fn create(
-    client: &mut palisade_gateway::client::Client,
+    client: &mut palisade_cli::client::Client,
     name: &str,
     command: Vec<String>,
 ) -> v1::Sandbox {
@@ -87,7 +87,7 @@ async fn create(
 /// Polls (linearizable reads) until `check` holds for the sandbox `id`
 /// (`None`: it does not exist).
 async fn wait_for_sandbox(
-    client: &mut palisade_gateway::client::Client,
+    client: &mut palisade_cli::client::Client,
     id: &str,
     what: &str,
     mut check: impl FnMut(Option<&v1::Sandbox>) -> bool,
@@ -219,7 +219,10 @@ async fn sigkill_leader_while_clients_create_and_stop() {
     assert_eq!(processes.len(), expected.len(), "{processes:?}");
 
     // The killed replica comes back from its disk and catches up.
-    cluster.replica_mut(leader).start();
+    cluster
+        .replica_mut(leader)
+        .start()
+        .expect("start the replica");
     cluster.wait_caught_up(&all).await;
     let mut restarted = failover_client(vec![cluster.replica(leader).uri()]);
     assert_eq!(list_sandboxes(&mut restarted).await.len(), settled.len());
@@ -306,7 +309,10 @@ async fn sigterm_leader_hands_off_and_no_request_fails() {
     verify_acknowledged(&mut client, "t", &logs).await;
 
     // Restarted with the same flags, it rejoins and catches up.
-    cluster.replica_mut(leader).start();
+    cluster
+        .replica_mut(leader)
+        .start()
+        .expect("start the replica");
     cluster.wait_caught_up(&all).await;
 }
 

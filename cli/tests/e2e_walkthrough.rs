@@ -14,8 +14,8 @@ fn walkthrough_with_sigkill_restart() {
     let root = tempfile::tempdir().unwrap();
     let port = free_ports(1);
     let address = format!("127.0.0.1:{port}");
-    let mut replica = Replica::new(1, &address, root.path(), &format!("1={address}"));
-    replica.start();
+    let mut replica = replica(1, &address, root.path(), &format!("1={address}"));
+    replica.start().expect("start the replica");
     let endpoint = address.as_str();
     wait_for_leader(endpoint, LEADER_TIMEOUT);
 
@@ -55,7 +55,7 @@ fn walkthrough_with_sigkill_restart() {
     // SIGKILL the gateway while the sandbox runs; the sandbox survives.
     replica.kill();
     assert!(alive(shim2), "the sandbox outlives its gateway");
-    replica.start();
+    replica.start().expect("start the replica");
     wait_for_leader(endpoint, LEADER_TIMEOUT);
     let after = cli_json(endpoint, &["sandbox", "get", "demo"]);
     assert_eq!(after["phase"], "READY", "{after}");
@@ -83,8 +83,8 @@ fn bad_creates_fail_clearly_and_leave_nothing_behind() {
     let root = tempfile::tempdir().unwrap();
     let port = free_ports(1);
     let address = format!("127.0.0.1:{port}");
-    let mut replica = Replica::new(1, &address, root.path(), &format!("1={address}"));
-    replica.start();
+    let mut replica = replica(1, &address, root.path(), &format!("1={address}"));
+    replica.start().expect("start the replica");
     let endpoint = address.as_str();
     wait_for_leader(endpoint, LEADER_TIMEOUT);
 
@@ -167,8 +167,8 @@ fn workspaces_through_the_cli() {
     let root = tempfile::tempdir().unwrap();
     let port = free_ports(1);
     let address = format!("127.0.0.1:{port}");
-    let mut replica = Replica::new(1, &address, root.path(), &format!("1={address}"));
-    replica.start();
+    let mut replica = replica(1, &address, root.path(), &format!("1={address}"));
+    replica.start().expect("start the replica");
     let endpoint = address.as_str();
     wait_for_leader(endpoint, LEADER_TIMEOUT);
 

@@ -1,0 +1,28 @@
+//! The `palisade` binary's library: the command line and the Rust client.
+//!
+//! # Key decision: the binary is a thin edge
+//!
+//! Everything a replica does lives in the server library
+//! (`palisade-gateway`); this crate parses flags (clap), turns them into the
+//! library's configuration, and reports errors (`anyhow`, here and nowhere
+//! below). `palisade chaos run` calls the chaos harness as a library, and
+//! `palisade up` starts its replicas through `palisade-testkit`, the one
+//! piece of code that runs local clusters.
+//!
+//! # Layout
+//!
+//! - [`commands`]: argument parsing and the client commands (`sandbox`,
+//!   `ssh-session`, `policy`, `workspace`, `cluster`).
+//! - [`client`]: the multi-endpoint client (failover, request ids kept
+//!   across its own retries) that the commands and other Rust tools use.
+//! - [`serve`]: `palisade gateway run`, one replica.
+//! - [`up`]: `palisade up`, a local cluster.
+//!
+//! The hidden `palisade shim ...` is dispatched in `main` before anything
+//! else starts (see `palisade_driver::process::shim`).
+#![deny(missing_docs)]
+
+pub mod client;
+pub mod commands;
+pub mod serve;
+pub mod up;

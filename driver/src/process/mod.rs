@@ -1,0 +1,242 @@
+//! The process driver: runs each execution as a local process tree supervised by a
+//! small `palisade shim` process, so executions outlive the gateway that launched them.
+//!
+//! # Why a shim (the containerd-shim pattern)
+//!
+//! Leadership moves between gateway replicas, and any gateway may be killed at any
+//! time. If a sandbox's command were a child of the gateway that led when it started,
+//! only that gateway could wait for it, and killing the gateway would orphan it with
+//! its exit status lost. Instead every execution gets a shim:
+//!
+//! - the gateway starts a short-lived *launcher* (`palisade shim launch DIR`), which
+//!   starts the shim (`palisade shim run DIR`) in a new session and exits at once, so
+//!   the shim is adopted by init: it is never a child of any gateway, and no gateway
+//!   signal, exit or crash reaches it;
+//! - the shim starts the command in a process group of its own, waits for it, and
+//!   writes its exit status into the execution directory;
+//! - the shim is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so descendants that
+//!   daemonize out of the process group are reparented to it; when the command exits
+//!   the shim kills whatever is left of the tree (as a container runtime does when a
+//!   container's init exits), then records the exit and exits itself.
+//!
+//! All replicas on a host share one driver directory, so whichever gateway leads can
+//! inspect, stop and reap any execution from the files alone, and a SIGKILL of every
+//! gateway leaves sandboxes running for the next leader to re-adopt. The shim is the
+//! execution handle: pid + start time + boot id, compared on every liveness check, so
+//! a recycled pid is never mistaken for the shim, and zombies count as dead.
+//!
+//! # On-disk layout
+//!
+//! ```text
+//! <driver_dir>/<sandbox_id>/<generation>/
+//!   spec.json          the LaunchSpec; present before the directory becomes visible
+//!   shim.json          the shim's claim {generation, pid, start_time, boot_id}
+//!   command.json       the command's process group leader {pid, start_time, boot_id}
+//!   rejected.json      the command could not be started {code, message}
+//!   exit.json          the command ended and its tree is gone {code, signal}
+//!   stop-requested     a stop was asked for; a shim that has not started the command yet
+//!                      must not start it
+//!   stdout.log, stderr.log   the command's output (appended, not rotated)
+//!   shim.log           the shim's own diagnostics
+//!   work/              the command's working directory
+//! ```
+//!
+//! Records are written once, atomically (temporary file, fsync, rename or link, fsync
+//! of the directory), so a reader sees all of a record or none of it.
+//!
+//! # How races are settled
+//!
+//! - *Two launches of one generation* (two gateways, or a retry): the directory is
+//!   built under a temporary name and renamed into place; a rename onto an existing
+//!   (never empty) directory fails, so exactly one spec wins. Any number of shims may
+//!   then be started for it, but only one can create `shim.json` (a hard link fails if
+//!   the name exists); the others exit without doing anything. A gateway that crashed
+//!   between creating the directory and starting a shim is thus repaired by the next
+//!   `launch`, which simply starts another shim.
+//! - *Stop racing a launch*: `stop` creates `stop-requested` and then reads
+//!   `shim.json`; the shim creates `shim.json` and then reads `stop-requested`. Either
+//!   the stop sees the shim (and waits for it to report, then signals the command), or
+//!   the shim sees the stop (and never starts the command).
+//! - *Signalling*: the command's process group id is the command leader's pid. The
+//!   leader is the shim's child, and the shim observes its exit without reaping it
+//!   (`waitid(WNOWAIT)`) until it has killed the rest of the group, so while a process
+//!   with the recorded pid and start time exists (even as a zombie), the group id is
+//!   certainly ours.
+//!
+//! # Limits
+//!
+//! Linux only (`/proc`, `prctl`, `waitid`). One host: executions are found through the
+//! local directory, so a cluster spread over hosts needs a driver with shared authority
+//! (Docker, Kubernetes). Processes that escape both the process group and the shim's
+//! subtree (e.g. by asking another daemon to start them) are not tracked. When
+//! gateways run under systemd, the unit needs `KillMode=process` (or a separate scope
+//! for shims), or stopping the gateway kills its cgroup, shims included. When a
+//! gateway is PID 1 of a container, run it under an init that reaps (`docker --init`,
+//! tini), or exited shims remain as zombies (harmless to this driver, which treats
+//! zombies as dead, but they occupy the process table).
+//!
+//! # Layout
+//!
+//! - [`driver`]: the gateway side: [`ProcessDriver`], which creates execution
+//!   directories, starts launchers, observes, signals and removes executions.
+//! - [`records`]: the on-disk records of an execution and how they are written
+//!   (atomically, once) and read back into an observation.
+//! - `procfs`: what `/proc` says about a process (identity, liveness, groups).
+//! - [`shim`]: the code that runs inside `palisade shim ...`, never inside a
+//!   gateway: a different process with different rules (single-threaded, no
+//!   runtime, runs before `main` parses arguments).
+
+use std::time::Duration;
+
+pub mod driver;
+mod procfs;
+pub mod records;
+pub mod shim;
+
+pub use driver::{ProcessDriver, ProcessDriverTimeouts};
+pub use shim::{ShimArgs, run_shim, run_shim_if_requested};
+
+/// Longest accepted sandbox id. Ids are UUIDs (36 bytes); the bound keeps paths short.
+pub const SANDBOX_ID_LENGTH_MAX: usize = 128;
+/// Most command arguments (program included) in one spec.
+pub const COMMAND_ARGUMENTS_MAX: usize = 4096;
+/// Most environment variables in one spec.
+pub const ENVIRONMENT_VARIABLES_MAX: usize = 4096;
+/// Largest accepted spec, serialized. Also bounds how much of any record is read.
+pub const SPEC_BYTES_MAX: usize = 1024 * 1024;
+/// Most executions `list` and `remove` walk; beyond this the directory is not one
+/// this driver keeps healthy, and the call fails rather than running unbounded.
+pub const EXECUTIONS_LISTED_MAX: usize = 100_000;
+
+/// `PATH` of commands whose spec does not set one (the command gets no other
+/// variable from the gateway's environment).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How long the shim keeps killing and reaping leftovers after the command exits
+/// before it records the exit anyway (a process stuck in uninterruptible sleep
+/// cannot be killed; it must not keep the exit unrecorded forever).
+pub(super) const SHIM_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between the shim's kill-and-reap rounds.
+pub(super) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Exit code recorded for a command that was not found (shell convention).
+pub(super) const EXIT_CODE_NOT_FOUND: i32 = 127;
+/// Exit code recorded for a command that exists but could not be started.
+pub(super) const EXIT_CODE_NOT_EXECUTABLE: i32 = 126;
+/// Exit codes of signal deaths are this plus the signal number (shell convention).
+pub(super) const EXIT_CODE_SIGNAL_BASE: i32 = 128;
+
+/// The subcommand of the `palisade` binary that runs shim code.
+pub const SHIM_SUBCOMMAND: &str = "shim";
+
+pub(super) const SPEC_FILE: &str = "spec.json";
+pub(super) const SHIM_FILE: &str = "shim.json";
+pub(super) const COMMAND_FILE: &str = "command.json";
+pub(super) const REJECTED_FILE: &str = "rejected.json";
+pub(super) const EXIT_FILE: &str = "exit.json";
+pub(super) const STOP_REQUESTED_FILE: &str = "stop-requested";
+pub(super) const STDOUT_FILE: &str = "stdout.log";
+pub(super) const STDERR_FILE: &str = "stderr.log";
+pub(super) const SHIM_LOG_FILE: &str = "shim.log";
+pub(super) const WORK_DIRECTORY: &str = "work";
+/// Prefix of execution directories under construction; never a valid sandbox id
+/// (ids may not start with a dot), so `list` cannot mistake them for executions.
+pub(super) const STAGING_PREFIX: &str = ".staging-";
+/// How much of `shim.log` an error message quotes.
+pub(super) const SHIM_LOG_QUOTED_BYTES_MAX: u64 = 2048;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::{driver::*, procfs::*, records::*, shim::*};
+    use crate::LaunchSpec;
+    use std::ffi::OsString;
+
+    #[test]
+    fn proc_stat_counts_fields_after_the_last_parenthesis() {
+        let text = "1234 (a (weird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10\n";
+        let stat = parse_proc_stat(text).expect("parses");
+        assert_eq!(
+            stat,
+            ProcStat {
+                state: b'S',
+                parent: 1,
+                process_group: 1234,
+                session: 1234,
+                start_time: 987654,
+            }
+        );
+    }
+
+    #[test]
+    fn own_start_time_is_stable() {
+        let pid = std::process::id() as i32;
+        let first = identity_of(pid).expect("own stat");
+        assert_eq!(presence(&first).expect("presence"), Presence::Live);
+        let recycled = ProcessIdentity {
+            start_time: first.start_time + 1,
+            ..first.clone()
+        };
+        assert_eq!(presence(&recycled).expect("presence"), Presence::Gone);
+        let other_boot = ProcessIdentity {
+            boot_id: "not-this-boot".to_owned(),
+            ..first
+        };
+        assert_eq!(presence(&other_boot).expect("presence"), Presence::Gone);
+    }
+
+    #[test]
+    fn sandbox_ids_must_be_plain_directory_names() {
+        for good in ["0b8e4c52-3b6b-4f5e-9a53-1f0c9c1d2e3f", "a", "a.b_c-d"] {
+            assert!(validate_sandbox_id(good).is_ok(), "{good}");
+        }
+        let long = "a".repeat(SANDBOX_ID_LENGTH_MAX + 1);
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "../x",
+            "a b",
+            long.as_str(),
+        ] {
+            assert!(validate_sandbox_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn specs_over_the_limits_are_rejected() {
+        let spec = |command: Vec<String>| LaunchSpec {
+            sandbox_id: "s".to_owned(),
+            generation: 1,
+            command,
+            env: Default::default(),
+        };
+        assert!(validate_spec(&spec(vec![])).is_ok());
+        assert!(validate_spec(&spec(vec![String::new()])).is_err());
+        assert!(validate_spec(&spec(vec!["a\0b".to_owned()])).is_err());
+        assert!(validate_spec(&spec(vec!["x".to_owned(); COMMAND_ARGUMENTS_MAX + 1])).is_err());
+        let mut with_env = spec(vec!["true".to_owned()]);
+        with_env.env.insert("A=B".to_owned(), "c".to_owned());
+        assert!(validate_spec(&with_env).is_err());
+    }
+
+    #[test]
+    fn shim_argv_round_trips() {
+        for args in [
+            ShimArgs::Launch {
+                execution_dir: "/d/s/1".into(),
+            },
+            ShimArgs::Run {
+                execution_dir: "/d/s/1".into(),
+            },
+            ShimArgs::Idle,
+        ] {
+            let argv = args.to_argv();
+            assert_eq!(argv[0], SHIM_SUBCOMMAND);
+            assert_eq!(ShimArgs::from_argv(&argv[1..]), Ok(args));
+        }
+        assert!(ShimArgs::from_argv(&[OsString::from("bogus")]).is_err());
+    }
+}

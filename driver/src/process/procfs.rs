@@ -1,0 +1,155 @@
+//! What `/proc` says about processes: identity (pid + start time + boot id),
+//! liveness, process groups and sessions, and signalling.
+
+#![allow(unused_imports)]
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
+    LaunchSpec,
+};
+
+use super::*;
+use super::{driver::*, records::*, shim::*};
+
+// ---------------------------------------------------------------------------------
+// /proc
+
+/// The fields of `/proc/<pid>/stat` this driver uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ProcStat {
+    pub(super) state: u8,
+    pub(super) parent: i32,
+    pub(super) process_group: i32,
+    pub(super) session: i32,
+    pub(super) start_time: u64,
+}
+
+impl ProcStat {
+    pub(super) fn is_zombie(&self) -> bool {
+        // 'X' (dead) is only ever seen transiently, on the way out.
+        matches!(self.state, b'Z' | b'X')
+    }
+}
+
+/// Parses `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
+/// parentheses, so fields are counted from the last ')'.
+pub(super) fn parse_proc_stat(text: &str) -> Option<ProcStat> {
+    let after_name = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_ascii_whitespace().collect();
+    // fields[0] is field 3 (state); field N is fields[N - 3].
+    Some(ProcStat {
+        state: *fields.first()?.as_bytes().first()?,
+        parent: fields.get(1)?.parse().ok()?,
+        process_group: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// `None` when no process has this pid.
+pub(super) fn read_proc_stat(pid: i32) -> io::Result<Option<ProcStat>> {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(text) => parse_proc_stat(&text).map(Some).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("cannot parse /proc/{pid}/stat"),
+            )
+        }),
+        // ESRCH: the process exited while we read.
+        Err(error)
+            if error.kind() == io::ErrorKind::NotFound
+                || error.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+pub(super) fn boot_id() -> io::Result<&'static str> {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    if let Some(boot_id) = BOOT_ID.get() {
+        return Ok(boot_id);
+    }
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_owned();
+    Ok(BOOT_ID.get_or_init(|| boot_id))
+}
+
+/// Whether the recorded process still exists: same pid, same start time, same boot.
+pub(super) fn presence(identity: &ProcessIdentity) -> io::Result<Presence> {
+    if identity.boot_id != boot_id()? {
+        return Ok(Presence::Gone);
+    }
+    let Ok(pid) = i32::try_from(identity.pid) else {
+        return Ok(Presence::Gone);
+    };
+    Ok(match read_proc_stat(pid)? {
+        Some(stat) if stat.start_time == identity.start_time => {
+            if stat.is_zombie() {
+                Presence::Zombie
+            } else {
+                Presence::Live
+            }
+        }
+        // No such pid, or the pid now names another process.
+        _ => Presence::Gone,
+    })
+}
+
+pub(super) fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
+    let stat = read_proc_stat(pid)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no process {pid}")))?;
+    Ok(ProcessIdentity {
+        pid: u32::try_from(pid).map_err(io::Error::other)?,
+        start_time: stat.start_time,
+        boot_id: boot_id()?.to_owned(),
+    })
+}
+
+/// Every process visible in `/proc` with its stat.
+pub(super) fn processes() -> io::Result<Vec<(i32, ProcStat)>> {
+    let mut processes = Vec::new();
+    for entry in fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        else {
+            continue;
+        };
+        if let Some(stat) = read_proc_stat(pid)? {
+            processes.push((pid, stat));
+        }
+    }
+    Ok(processes)
+}
+
+/// kill(2); a target that no longer exists is not an error.
+pub(super) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(target, signal) } == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(error)
+    }
+}

@@ -1,0 +1,323 @@
+//! The on-disk records of one execution (spec, shim claim, command, exit,
+//! rejection), how they are written (once, atomically: temporary file, fsync,
+//! rename or link, fsync of the directory) and how they are read back into an
+//! [`Observation`].
+
+#![allow(unused_imports)]
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
+    LaunchSpec,
+};
+
+use super::*;
+use super::{driver::*, procfs::*, shim::*};
+
+// ---------------------------------------------------------------------------------
+// Records
+
+/// The shim's claim on an execution, and the execution's handle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ShimRecord {
+    pub(super) generation: u64,
+    pub(super) pid: u32,
+    pub(super) start_time: u64,
+    pub(super) boot_id: String,
+}
+
+impl ShimRecord {
+    pub(super) fn handle(&self) -> ExecutionHandle {
+        ExecutionHandle {
+            generation: self.generation,
+            identity: ExecutionIdentity::Process {
+                pid: self.pid,
+                start_time: self.start_time,
+                boot_id: self.boot_id.clone(),
+            },
+        }
+    }
+
+    pub(super) fn identity(&self) -> ProcessIdentity {
+        ProcessIdentity {
+            pid: self.pid,
+            start_time: self.start_time,
+            boot_id: self.boot_id.clone(),
+        }
+    }
+}
+
+/// A process as the kernel names it for as long as it exists.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ProcessIdentity {
+    pub(super) pid: u32,
+    pub(super) start_time: u64,
+    pub(super) boot_id: String,
+}
+
+/// How the command ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ExitRecord {
+    pub(super) code: i32,
+    pub(super) signal: Option<i32>,
+}
+
+/// The command could not be started: a definite failure with no process left behind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct RejectedRecord {
+    pub(super) code: i32,
+    pub(super) message: String,
+}
+
+/// Whether a recorded process still runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Presence {
+    /// Running (or stopped, sleeping): the recorded process itself.
+    Live,
+    /// Exited but not yet reaped: still holds its pid (and process group id), so it is
+    /// safe to signal its group, but it does no work.
+    Zombie,
+    /// No process with this pid, start time and boot exists.
+    Gone,
+}
+
+/// Everything the directory and `/proc` say about one execution, read in the order
+/// the shim writes (claim, then liveness, then terminal records): the shim writes
+/// `exit.json` or `rejected.json` before it exits, so a shim seen gone has already
+/// written whatever it was going to write.
+#[derive(Clone, Debug)]
+pub(super) struct Observation {
+    pub(super) exists: bool,
+    pub(super) shim: Option<ShimRecord>,
+    pub(super) shim_presence: Presence,
+    pub(super) command: Option<ProcessIdentity>,
+    pub(super) command_presence: Presence,
+    pub(super) exit: Option<ExitRecord>,
+    pub(super) rejected: Option<RejectedRecord>,
+}
+
+pub(super) fn observe(dir: &Path) -> io::Result<Observation> {
+    if !dir.try_exists()? {
+        return Ok(Observation {
+            exists: false,
+            shim: None,
+            shim_presence: Presence::Gone,
+            command: None,
+            command_presence: Presence::Gone,
+            exit: None,
+            rejected: None,
+        });
+    }
+    let shim: Option<ShimRecord> = read_record(&dir.join(SHIM_FILE))?;
+    let shim_presence = match &shim {
+        Some(shim) => presence(&shim.identity())?,
+        None => Presence::Gone,
+    };
+    let command: Option<ProcessIdentity> = read_record(&dir.join(COMMAND_FILE))?;
+    let command_presence = match &command {
+        Some(command) => presence(command)?,
+        None => Presence::Gone,
+    };
+    let exit = read_record(&dir.join(EXIT_FILE))?;
+    let rejected = read_record(&dir.join(REJECTED_FILE))?;
+    Ok(Observation {
+        exists: true,
+        shim,
+        shim_presence,
+        command,
+        command_presence,
+        exit,
+        rejected,
+    })
+}
+
+pub(super) async fn observe_blocking(dir: PathBuf) -> Result<Observation, DriverError> {
+    blocking(move || observe(&dir).map_err(|error| io_uncertain("reading", &dir, error))).await
+}
+
+impl Observation {
+    pub(super) fn status(&self) -> io::Result<ExecutionStatus> {
+        if let Some(rejected) = &self.rejected {
+            return Ok(ExecutionStatus::Exited {
+                code: rejected.code,
+            });
+        }
+        // The shim writes exit.json only after the command's whole tree is gone.
+        if let Some(exit) = &self.exit {
+            return Ok(ExecutionStatus::Exited { code: exit.code });
+        }
+        let Some(shim) = &self.shim else {
+            // Never claimed by a shim (a launch was interrupted): nothing runs.
+            return Ok(ExecutionStatus::Absent);
+        };
+        if self.shim_presence == Presence::Live || self.has_orphans()? {
+            return Ok(ExecutionStatus::Running {
+                handle: shim.handle(),
+            });
+        }
+        Ok(ExecutionStatus::Absent)
+    }
+
+    /// Whether processes of the execution survive a shim that died without recording
+    /// the exit (killed by an operator or the OOM killer).
+    pub(super) fn has_orphans(&self) -> io::Result<bool> {
+        if self.shim_presence == Presence::Live || self.exit.is_some() {
+            return Ok(false);
+        }
+        if self.command_presence == Presence::Live {
+            return Ok(true);
+        }
+        Ok(!self.strays()?.is_empty())
+    }
+
+    /// Live members of the command's process group after its leader is gone and the
+    /// shim died without sweeping them. The group id alone could since name a
+    /// stranger's group, so a member must also be in the shim's session and have
+    /// started after the shim, in the same boot.
+    pub(super) fn strays(&self) -> io::Result<Vec<i32>> {
+        let (Some(shim), Some(command)) = (&self.shim, &self.command) else {
+            return Ok(Vec::new());
+        };
+        if shim.boot_id != boot_id()? {
+            return Ok(Vec::new());
+        }
+        let (Ok(group), Ok(session)) = (i32::try_from(command.pid), i32::try_from(shim.pid)) else {
+            return Ok(Vec::new());
+        };
+        Ok(processes()?
+            .into_iter()
+            .filter(|(_, stat)| {
+                stat.process_group == group
+                    && stat.session == session
+                    && stat.start_time >= shim.start_time
+                    && !stat.is_zombie()
+            })
+            .map(|(pid, _)| pid)
+            .collect())
+    }
+
+    /// True when no process of the execution runs and the shim has finished.
+    pub(super) fn is_gone(&self) -> bool {
+        if !self.exists || self.shim.is_none() {
+            return true;
+        }
+        if self.shim_presence == Presence::Live || self.command_presence == Presence::Live {
+            return false;
+        }
+        // The shim sweeps the tree before writing exit.json; without it, look for
+        // survivors ourselves. An unreadable /proc counts as "not known to be gone".
+        self.exit.is_some()
+            || self.rejected.is_some()
+            || self.strays().is_ok_and(|strays| strays.is_empty())
+    }
+
+    /// Sends `signal` to the command's process group, if it is certainly ours.
+    pub(super) fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        let leader_group = match (&self.command, self.command_presence) {
+            (Some(command), Presence::Live | Presence::Zombie) => i32::try_from(command.pid).ok(),
+            _ => None,
+        };
+        if let Some(group) = leader_group {
+            // The leader (even as a zombie the shim has not reaped) holds the group id,
+            // so the group cannot belong to anyone else.
+            return send_signal(-group, signal);
+        }
+        if self.shim_presence == Presence::Live {
+            // The leader exited and the live shim is killing what is left of the tree.
+            return Ok(());
+        }
+        for pid in self.strays()? {
+            send_signal(pid, signal)?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Files
+
+/// Reads a JSON record; `None` if it does not exist.
+pub(super) fn read_record<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let mut bytes = Vec::new();
+    file.take(SPEC_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() > SPEC_BYTES_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is larger than {SPEC_BYTES_MAX} bytes", path.display()),
+        ));
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(|error| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a valid record: {error}", path.display()),
+        )
+    })
+}
+
+pub(super) fn temporary_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(OsString::new, OsStr::to_os_string);
+    let mut temporary = OsString::from(".");
+    temporary.push(name);
+    temporary.push(format!(".{}.tmp", uuid::Uuid::new_v4()));
+    path.with_file_name(temporary)
+}
+
+pub(super) fn write_file_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+pub(super) fn parent_of(path: &Path) -> &Path {
+    path.parent().unwrap_or_else(|| Path::new("."))
+}
+
+/// Writes a record atomically, replacing any previous one.
+pub(super) fn write_record<T: Serialize>(path: &Path, record: &T) -> io::Result<()> {
+    let temporary = temporary_path(path);
+    let written = write_file_synced(&temporary, &serde_json::to_vec(record)?)
+        .and_then(|()| fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&temporary);
+    }
+    written?;
+    sync_dir(parent_of(path))
+}
+
+/// Writes a record atomically unless one exists. Returns whether this call created it.
+pub(super) fn create_record<T: Serialize>(path: &Path, record: &T) -> io::Result<bool> {
+    let temporary = temporary_path(path);
+    write_file_synced(&temporary, &serde_json::to_vec(record)?)?;
+    // link(2), unlike rename(2), fails if the name exists: exactly one creator wins.
+    let linked = fs::hard_link(&temporary, path);
+    let _ = fs::remove_file(&temporary);
+    match linked {
+        Ok(()) => sync_dir(parent_of(path)).map(|()| true),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(error) => Err(error),
+    }
+}

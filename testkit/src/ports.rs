@@ -1,0 +1,41 @@
+//! Free loopback ports. A port found free can be taken by someone else
+//! before the replica binds it; callers that cannot tolerate that retry with
+//! new ports (the replica then fails to start and says why in its log).
+
+use std::net::TcpListener;
+
+use crate::TestkitError;
+
+/// How many random starting points are tried before giving up.
+const SEARCH_ATTEMPTS_MAX: usize = 200;
+
+/// One free loopback port.
+pub fn free_port() -> Result<u16, TestkitError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|error| TestkitError::Ports(format!("cannot bind 127.0.0.1:0: {error}")))?;
+    listener
+        .local_addr()
+        .map(|address| address.port())
+        .map_err(|error| TestkitError::Ports(error.to_string()))
+}
+
+/// `count` consecutive free loopback ports; returns the first.
+pub fn free_ports(count: u16) -> Result<u16, TestkitError> {
+    'search: for _ in 0..SEARCH_ATTEMPTS_MAX {
+        let base = free_port()?;
+        if base > u16::MAX - count {
+            continue;
+        }
+        let mut held = Vec::new();
+        for port in base..base + count {
+            match TcpListener::bind(("127.0.0.1", port)) {
+                Ok(listener) => held.push(listener),
+                Err(_) => continue 'search,
+            }
+        }
+        return Ok(base);
+    }
+    Err(TestkitError::Ports(format!(
+        "no {count} consecutive free ports found in {SEARCH_ATTEMPTS_MAX} attempts"
+    )))
+}

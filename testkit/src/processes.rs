@@ -1,0 +1,225 @@
+//! The process table, as tests and cleanup see it: signals, liveness, and
+//! the shims and commands of the process driver's executions (found by
+//! their command line and working directory under one driver directory).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Sends `signal` to `pid`. Errors (the process is gone) are ignored: every
+/// caller follows up by observing the process.
+pub fn signal(pid: u32, signal: i32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) has no memory effects; callers pass pids of processes
+    // they started (or found under their own driver directory).
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// The one-letter state of a process (`R`, `S`, `T`, `Z`, ...).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Is `pid` alive (and not a zombie)?
+pub fn alive(pid: u32) -> bool {
+    process_state(pid).is_some_and(|state| state != 'Z' && state != 'X')
+}
+
+/// Waits (bounded) until the kernel reports `pid` stopped; false on timeout.
+pub fn wait_stopped(pid: u32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while process_state(pid) != Some('T') {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+/// Pids whose command line contains every word of `needle`, in order.
+pub fn pids_running(needle: &[&str]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for (pid, words) in command_lines() {
+        if words.len() >= needle.len()
+            && words
+                .windows(needle.len())
+                .any(|window| window.iter().zip(needle).all(|(a, b)| a == b))
+            && alive(pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Every process's pid and argv, as far as /proc lets us read them.
+fn command_lines() -> Vec<(u32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let words = cmdline
+            .split(|byte| *byte == 0)
+            .filter(|word| !word.is_empty())
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        found.push((pid, words));
+    }
+    found
+}
+
+/// The execution (sandbox id, generation) a path under the driver
+/// directory belongs to: `DRIVER_DIR/ID/GENERATION/...`.
+fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
+    let mut parts = path.strip_prefix(driver_dir).ok()?.components();
+    let id = parts.next()?.as_os_str().to_string_lossy().into_owned();
+    let generation = parts.next()?.as_os_str().to_string_lossy().parse().ok()?;
+    Some((id, generation))
+}
+
+/// Live processes (not zombies) by what they are to the process driver.
+#[derive(Debug, Default)]
+pub struct ExecutionProcesses {
+    /// Shims (`palisade shim run DIR`), by execution.
+    pub shims: BTreeMap<(String, u64), Vec<u32>>,
+    /// Processes of sandbox commands (working directory `DIR/work`), by
+    /// execution, with their argv[0].
+    pub commands: BTreeMap<(String, u64), Vec<(u32, String)>>,
+}
+
+impl ExecutionProcesses {
+    /// Every pid found, shims and commands.
+    pub fn pids(&self) -> Vec<u32> {
+        self.shims
+            .values()
+            .flatten()
+            .copied()
+            .chain(self.commands.values().flatten().map(|(pid, _)| *pid))
+            .collect()
+    }
+}
+
+/// Scans /proc for the shims and commands of executions under `driver_dir`.
+pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
+    let mut found = ExecutionProcesses::default();
+    for (pid, words) in command_lines() {
+        if !alive(pid) {
+            continue;
+        }
+        if words.iter().any(|word| word == "shim")
+            && let Some(execution) = words
+                .iter()
+                .find_map(|word| execution_of(driver_dir, Path::new(word)))
+        {
+            found.shims.entry(execution).or_default().push(pid);
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            && let Some(execution) = execution_of(driver_dir, &cwd)
+        {
+            let program = words.first().cloned().unwrap_or_default();
+            found
+                .commands
+                .entry(execution)
+                .or_default()
+                .push((pid, program));
+        }
+    }
+    found
+}
+
+/// How many rounds [`kill_executions`] makes before it gives up.
+const KILL_ROUNDS_MAX: usize = 50;
+
+/// SIGKILLs every shim and command of the executions under `driver_dir`
+/// (and nothing else), until none is left or [`KILL_ROUNDS_MAX`] rounds.
+pub fn kill_executions(driver_dir: &Path) {
+    for _ in 0..KILL_ROUNDS_MAX {
+        let pids = execution_processes(driver_dir).pids();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            signal(pid, libc::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The generations the process driver keeps a directory for, by sandbox.
+pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
+    let mut dirs = BTreeMap::new();
+    for sandbox in std::fs::read_dir(driver_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if !sandbox.path().is_dir() {
+            continue;
+        }
+        let mut generations: Vec<u64> = std::fs::read_dir(sandbox.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
+            .collect();
+        generations.sort_unstable();
+        dirs.insert(
+            sandbox.file_name().to_string_lossy().into_owned(),
+            generations,
+        );
+    }
+    dirs
+}
+
+/// Whether exactly the executions in `expected_running` run, each under
+/// one shim with one `program` process (e.g. one `sleep`), and no other
+/// execution under `driver_dir` has a live process. `Err` says what differs.
+pub fn exactly_running(
+    driver_dir: &Path,
+    expected_running: &BTreeSet<(String, u64)>,
+    program: &str,
+) -> Result<(), String> {
+    let processes = execution_processes(driver_dir);
+    let with_processes: BTreeSet<(String, u64)> = processes
+        .commands
+        .keys()
+        .chain(processes.shims.keys())
+        .cloned()
+        .collect();
+    if &with_processes != expected_running {
+        return Err(format!(
+            "executions with live processes {with_processes:?}, expected {expected_running:?}: {processes:?}"
+        ));
+    }
+    for execution in expected_running {
+        let programs = processes.commands.get(execution).map_or(0, |commands| {
+            commands
+                .iter()
+                .filter(|(_, argv0)| argv0.rsplit('/').next() == Some(program))
+                .count()
+        });
+        let shims = processes.shims.get(execution).map_or(0, Vec::len);
+        if programs != 1 || shims != 1 {
+            return Err(format!(
+                "{execution:?} runs {programs} `{program}` and {shims} shims, expected one each: {processes:?}"
+            ));
+        }
+    }
+    Ok(())
+}
