@@ -33,7 +33,8 @@ use crate::replica::Replica;
 
 pub use request::WAIT_FOR_PROJECTION_HEADER;
 
-/// Implements `palisade.v1.Palisade` and `palisade.v1.ClusterAdmin`.
+/// Implements `palisade.v1.Palisade` (`palisade.v1.ClusterAdmin` is
+/// [`crate::admin::AdminService`]).
 #[derive(Clone)]
 pub struct PalisadeService {
     replica: Replica,
