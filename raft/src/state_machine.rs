@@ -18,7 +18,7 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 use palisade_lifecycle::{LogPosition, Outcome, State};
-use palisade_storage::SnapshotFiles;
+use palisade_storage::{Saved, SnapshotFiles};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
@@ -277,18 +277,20 @@ pub struct LifecycleSnapshotBuilder {
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
-    type SnapshotData = SnapshotData;
+impl LifecycleSnapshotBuilder {
+    /// The state to snapshot: a copy taken under the read lock.
+    fn copy(&self) -> AppliedState {
+        self.shared
+            .applied
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
 
-    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let copy = {
-            let guard = self
-                .shared
-                .applied
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            guard.clone()
-        };
+    /// Serializes `copy` and saves it, unless a newer snapshot was put in
+    /// place meanwhile (installed from the leader while this one was being
+    /// built): then that one stays (see [`palisade_storage::snapshot_files`]).
+    async fn persist(&self, copy: AppliedState) -> Result<Snapshot, io::Error> {
         let snapshots = self.snapshots.clone();
         tokio::task::spawn_blocking(move || {
             let data = encode_state(&copy.state)?;
@@ -296,7 +298,15 @@ impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
                 last_log_id: copy.last_applied,
                 last_membership: copy.membership,
             };
-            snapshots.save(&meta, &data)?;
+            if let Saved::KeptInPlace { in_place } = snapshots.save(&meta, &data)? {
+                // openraft ignores a built snapshot older than its current
+                // one, so answering with this one is harmless.
+                tracing::info!(
+                    built = ?meta.last_log_id,
+                    ?in_place,
+                    "a newer snapshot was installed while this one was built; kept the newer one"
+                );
+            }
             Ok(Snapshot {
                 meta,
                 snapshot: data,
@@ -304,6 +314,15 @@ impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
         })
         .await
         .map_err(io::Error::other)?
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
+        let copy = self.copy();
+        self.persist(copy).await
     }
 }
 
@@ -403,9 +422,19 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         // this snapshot; before it, the old snapshot plus the log.
         let snapshots = self.snapshots.clone();
         let (meta_copy, data) = (meta.clone(), snapshot);
-        tokio::task::spawn_blocking(move || snapshots.save(&meta_copy, &data))
+        let saved = tokio::task::spawn_blocking(move || snapshots.save(&meta_copy, &data))
             .await
             .map_err(io::Error::other)??;
+        if let Saved::KeptInPlace { in_place } = saved {
+            // openraft installs only snapshots past what this replica
+            // applied, so this is not expected; the newer file is the one a
+            // restart can continue from, and the log replays the rest.
+            tracing::warn!(
+                installed = ?meta.last_log_id,
+                ?in_place,
+                "installed a snapshot older than the one on disk; kept the file"
+            );
+        }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         {
             let mut guard = self.write();
@@ -435,5 +464,43 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             meta,
             snapshot: data,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(term.into(), index)
+    }
+
+    /// The race: a snapshot build copies the state at 100 and serializes it
+    /// in the background; meanwhile the leader's snapshot at 200 is
+    /// installed (and openraft purges the log up to it); then the build
+    /// finishes. The replica must restart from 200, not from 100 followed
+    /// by a gap in its log.
+    #[tokio::test]
+    async fn a_build_that_finishes_after_an_install_keeps_the_installed_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
+        machine.write().last_applied = Some(log_id(1, 100));
+
+        let builder = machine.get_snapshot_builder().await;
+        let copy = builder.copy();
+        let installed = SnapshotMeta {
+            last_log_id: Some(log_id(2, 200)),
+            last_membership: StoredMembership::default(),
+        };
+        let data = encode_state(&State::default()).unwrap();
+        machine.install_snapshot(&installed, data).await.unwrap();
+        let built = builder.persist(copy).await.unwrap();
+        assert_eq!(built.meta.last_log_id, Some(log_id(1, 100)));
+
+        let current = machine.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta.last_log_id, Some(log_id(2, 200)));
+        drop(machine);
+        let restarted = LifecycleStateMachine::open(dir.path()).unwrap();
+        assert_eq!(restarted.handle().applied_index(), 200);
     }
 }

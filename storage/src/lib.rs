@@ -54,6 +54,8 @@ pub use log_store::LogReader;
 pub use log_store::LogStore;
 pub use log_store::READ_BATCH_BYTES_MAX;
 pub use snapshot_files::SNAPSHOT_FILE_NAME;
+pub use snapshot_files::Saved;
 pub use snapshot_files::SnapshotCorruption;
 pub use snapshot_files::SnapshotError;
 pub use snapshot_files::SnapshotFiles;
+pub use snapshot_files::SnapshotPosition;

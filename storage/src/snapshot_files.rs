@@ -8,6 +8,18 @@
 //! `install_snapshot` (which must be atomic across a crash), for
 //! `get_current_snapshot`, and to restore the state machine on restart.
 //!
+//! # Never older than the one in place
+//!
+//! A snapshot build (a copy of the state taken a while ago, serialized in
+//! the background) can finish after a newer snapshot was installed from the
+//! leader, and the log may already be purged up to the installed one. Were
+//! the build's file to replace the installed one, the replica would restart
+//! from an old snapshot followed by a gap in its log, and could not start at
+//! all. So [`SnapshotFiles::save`] compares positions ([`SnapshotPosition`]:
+//! the last log index a snapshot covers) under the same lock that orders
+//! the writes, and keeps the snapshot in place when the new one is not newer
+//! ([`Saved::KeptInPlace`]).
+//!
 //! # File format
 //!
 //! All integers little-endian:
@@ -41,7 +53,6 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::PoisonError;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -58,6 +69,48 @@ const FORMAT_VERSION: u32 = 1;
 const HEADER_FIELDS_BYTES: usize = 4 + 4 + 8 + 8;
 const HEADER_BYTES: usize = HEADER_FIELDS_BYTES + 4;
 
+/// Where a snapshot stands in the log: the index of the last entry it
+/// covers (`None`: it covers none). A committed index names one entry on
+/// every replica, so the index alone orders snapshots.
+pub trait SnapshotPosition {
+    /// Index of the last log entry the snapshot covers.
+    fn last_log_index(&self) -> Option<u64>;
+}
+
+impl<CLID, NID, N> SnapshotPosition for openraft::storage::SnapshotMeta<CLID, NID, N>
+where
+    CLID: openraft::vote::RaftCommittedLeaderId,
+    NID: openraft::NodeId,
+    N: openraft::Node,
+{
+    fn last_log_index(&self) -> Option<u64> {
+        self.last_log_id.as_ref().map(|log_id| log_id.index)
+    }
+}
+
+/// What [`SnapshotFiles::save`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    /// The new snapshot replaced the one in place (or is the first).
+    Replaced,
+    /// The snapshot in place covers as much of the log as the new one or
+    /// more, so it was kept and the new one was not written.
+    KeptInPlace {
+        /// Last log index the snapshot in place covers.
+        in_place: Option<u64>,
+    },
+}
+
+/// What this handle knows of the file in place.
+#[derive(Debug, Clone, Copy)]
+enum InPlace {
+    /// Not read yet (the first `save` or `load` reads it).
+    Unknown,
+    /// The snapshot in place covers up to this index; `Known(None)` also
+    /// when there is no snapshot file.
+    Known(Option<u64>),
+}
+
 /// The current snapshot of one replica's state machine, stored in a
 /// directory. `M` is the snapshot metadata type (openraft's `SnapshotMeta`
 /// in Palisade), stored as JSON next to the opaque snapshot bytes.
@@ -67,11 +120,14 @@ const HEADER_BYTES: usize = HEADER_FIELDS_BYTES + 4;
 /// already keeps a second process out.
 pub struct SnapshotFiles<M> {
     dir: PathBuf,
-    /// Serializes `save`: concurrent saves would write the same temporary
-    /// file. It guards no data, only that file, so a poisoned lock is safe
-    /// to take over (the next save rewrites the file from scratch). A std
-    /// mutex because `save` is blocking code, never held across an await.
-    save_lock: Arc<Mutex<()>>,
+    /// Orders `save` and `load`, and holds the position of the snapshot in
+    /// place, so a save compares with exactly the file it would replace.
+    /// Concurrent saves would also write the same temporary file. If a
+    /// holder panicked, the position may be stale: a poisoned lock is taken
+    /// over with the position reset to unknown (the next save reads the
+    /// file again). A std mutex because `save` and `load` are blocking
+    /// code, never held across an await.
+    in_place: Arc<Mutex<InPlace>>,
     _meta: PhantomData<fn() -> M>,
 }
 
@@ -79,7 +135,7 @@ impl<M> Clone for SnapshotFiles<M> {
     fn clone(&self) -> Self {
         SnapshotFiles {
             dir: self.dir.clone(),
-            save_lock: Arc::clone(&self.save_lock),
+            in_place: Arc::clone(&self.in_place),
             _meta: PhantomData,
         }
     }
@@ -93,7 +149,7 @@ impl<M> fmt::Debug for SnapshotFiles<M> {
     }
 }
 
-impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
+impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
     /// Opens the snapshot directory `dir`, creating it if needed, and deletes
     /// the temporary file a crash in the middle of a save may have left.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, SnapshotError> {
@@ -113,8 +169,16 @@ impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
         }
         Ok(SnapshotFiles {
             dir,
-            save_lock: Arc::new(Mutex::new(())),
+            in_place: Arc::new(Mutex::new(InPlace::Unknown)),
             _meta: PhantomData,
+        })
+    }
+
+    fn lock_in_place(&self) -> std::sync::MutexGuard<'_, InPlace> {
+        self.in_place.lock().unwrap_or_else(|poisoned| {
+            let mut guard = poisoned.into_inner();
+            *guard = InPlace::Unknown;
+            guard
         })
     }
 
@@ -129,9 +193,40 @@ impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
     }
 
     /// Replaces the current snapshot with (`meta`, `data`), atomically and
-    /// durably: when this returns `Ok`, a crash leaves the new snapshot; if
-    /// it fails or crashes before, the old one is still there.
-    pub fn save(&self, meta: &M, data: &[u8]) -> Result<(), SnapshotError> {
+    /// durably, unless the snapshot in place covers as much of the log or
+    /// more ([`Saved::KeptInPlace`]: nothing is written). When this returns
+    /// `Ok(Saved::Replaced)`, a crash leaves the new snapshot; if it fails or
+    /// crashes before, the old one is still there.
+    ///
+    /// A snapshot in place that fails verification is replaced: it could
+    /// not be restarted from anyway.
+    pub fn save(&self, meta: &M, data: &[u8]) -> Result<Saved, SnapshotError> {
+        let position = meta.last_log_index();
+        let mut in_place = self.lock_in_place();
+        let current = match *in_place {
+            InPlace::Known(current) => current,
+            InPlace::Unknown => match self.read() {
+                Ok(loaded) => loaded.and_then(|(meta, _)| meta.last_log_index()),
+                Err(SnapshotError::Corrupt { .. }) | Err(SnapshotError::Undecodable { .. }) => None,
+                Err(error) => return Err(error),
+            },
+        };
+        *in_place = InPlace::Known(current);
+        if current.is_some() && current >= position {
+            tracing::info!(
+                in_place = ?current,
+                offered = ?position,
+                "kept the snapshot in place: the offered one is not newer"
+            );
+            return Ok(Saved::KeptInPlace { in_place: current });
+        }
+        self.write(meta, data)?;
+        *in_place = InPlace::Known(position);
+        Ok(Saved::Replaced)
+    }
+
+    /// Writes the file; the caller holds the `in_place` lock.
+    fn write(&self, meta: &M, data: &[u8]) -> Result<(), SnapshotError> {
         let meta = serde_json::to_vec(meta).map_err(SnapshotError::Encode)?;
         let fields = header_fields(meta.len() as u64, data.len() as u64);
         let checksum = {
@@ -142,10 +237,6 @@ impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
             hasher.finalize()
         };
 
-        let _saving = self
-            .save_lock
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
         let temporary = self.dir.join(TEMPORARY_FILE_NAME);
         let mut file = File::create(&temporary).map_err(SnapshotError::io("create", &temporary))?;
         file.write_all(&fields)
@@ -170,6 +261,14 @@ impl<M: Serialize + DeserializeOwned> SnapshotFiles<M> {
 
     /// Reads and verifies the current snapshot; `None` if there is none.
     pub fn load(&self) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
+        let mut in_place = self.lock_in_place();
+        let loaded = self.read()?;
+        *in_place = InPlace::Known(loaded.as_ref().and_then(|(meta, _)| meta.last_log_index()));
+        Ok(loaded)
+    }
+
+    /// Reads and verifies the file; the caller holds the `in_place` lock.
+    fn read(&self) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
         let path = self.path();
         let mut file = match File::open(&path) {
             Ok(file) => file,
@@ -409,6 +508,12 @@ mod tests {
         id: String,
     }
 
+    impl SnapshotPosition for Meta {
+        fn last_log_index(&self) -> Option<u64> {
+            Some(self.last_index)
+        }
+    }
+
     fn meta(last_index: u64) -> Meta {
         Meta {
             last_index,
@@ -438,6 +543,48 @@ mod tests {
         assert_eq!(loaded_meta, meta(9));
         assert_eq!(data, b"state at nine");
         assert!(!dir.path().join(TEMPORARY_FILE_NAME).exists());
+    }
+
+    /// A snapshot build that finishes after a newer snapshot was installed
+    /// must not put its older state back in place: the log may already be
+    /// purged past it, and the replica could not restart.
+    #[test]
+    fn an_older_snapshot_never_replaces_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        files.save(&meta(9), b"installed at nine").unwrap();
+        let late_build = files.save(&meta(5), b"built at five");
+        assert_eq!(files.load().unwrap().unwrap().0, meta(9));
+        assert_eq!(
+            late_build.unwrap(),
+            Saved::KeptInPlace { in_place: Some(9) }
+        );
+
+        // Equally from a handle that has not read the file yet (a restart).
+        let reopened = open(dir.path());
+        reopened.save(&meta(7), b"built at seven").unwrap();
+        reopened.save(&meta(9), b"same index again").unwrap();
+        assert_eq!(
+            reopened.load().unwrap().unwrap(),
+            (meta(9), b"installed at nine".to_vec())
+        );
+        assert_eq!(reopened.save(&meta(12), b"newer").unwrap(), Saved::Replaced);
+        assert_eq!(reopened.load().unwrap().unwrap().0, meta(12));
+    }
+
+    #[test]
+    fn a_corrupt_snapshot_in_place_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        open(dir.path()).save(&meta(9), b"good").unwrap();
+        let path = dir.path().join(SNAPSHOT_FILE_NAME);
+        let mut bad = fs::read(&path).unwrap();
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        fs::write(&path, &bad).unwrap();
+
+        let files = open(dir.path());
+        assert_eq!(files.save(&meta(5), b"fresh").unwrap(), Saved::Replaced);
+        assert_eq!(files.load().unwrap().unwrap(), (meta(5), b"fresh".to_vec()));
     }
 
     #[test]
