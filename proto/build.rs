@@ -9,6 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
-    tonic_prost_build::configure().compile_protos(&protos, &["."])?;
+    // Decode errors become INVALID_ARGUMENT with an ErrorInfo (src/codec.rs).
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::PalisadeCodec")
+        .compile_protos(&protos, &["."])?;
     Ok(())
 }

@@ -106,12 +106,8 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, String
             .trim()
             .parse()
             .map_err(|_| format!("node id {id:?} is not a number"))?;
-        let address = address.trim().trim_start_matches("http://").to_string();
-        if address.is_empty() || !address.contains(':') {
-            return Err(format!(
-                "address of node {id} must be HOST:PORT, got {address:?}"
-            ));
-        }
+        let address = palisade_lifecycle::validate::address("--initial-cluster", address)
+            .map_err(|invalid| format!("address of node {id}: {}", invalid.problem))?;
         if members.insert(id, address).is_some() {
             return Err(format!("node {id} is listed twice"));
         }

@@ -207,19 +207,8 @@ impl ClusterAdmin for AdminService {
     ) -> Result<Response<v1::ClusterInfo>, Status> {
         let request = request.into_inner();
         invalid_node_id(request.node_id)?;
-        let address = request
-            .address
-            .trim()
-            .trim_start_matches("http://")
-            .to_string();
-        if address.parse::<std::net::SocketAddr>().is_err() && !address.contains(':') {
-            return Err(errors::invalid_input(
-                palisade_lifecycle::validate::InvalidInput {
-                    field: "address",
-                    problem: format!("{address:?} is not HOST:PORT"),
-                },
-            ));
-        }
+        let address = palisade_lifecycle::validate::address("address", &request.address)
+            .map_err(errors::invalid_input)?;
         if let Some(mut leader) = self.leader_client().await? {
             return leader
                 .add_learner(v1::AddLearnerRequest {

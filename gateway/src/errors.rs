@@ -1,9 +1,15 @@
 //! How failures become gRPC statuses: a code plus a `google.rpc.ErrorInfo`
 //! with a stable reason (domain `palisade.dev`), so clients match on the
 //! reason, never on the message.
+//!
+//! Every status is built by [`status`], which cuts its message and metadata
+//! values to [`ERROR_MESSAGE_BYTES_MAX`]: a status travels in HTTP/2
+//! trailers (the message twice, in `grpc-message` and in the details), and
+//! clients refuse large ones, which they then report as a broken connection.
 
 use std::collections::HashMap;
 
+use palisade_lifecycle::limits::ERROR_MESSAGE_BYTES_MAX;
 use palisade_lifecycle::validate::InvalidInput;
 use palisade_lifecycle::{Reason, Rejection};
 use palisade_proto::ERROR_DOMAIN;
@@ -20,6 +26,33 @@ pub const NO_LEADER: &str = "NO_LEADER";
 pub const SHUTTING_DOWN: &str = "SHUTTING_DOWN";
 /// Reason: an internal failure (storage, Raft core); retry elsewhere.
 pub const INTERNAL: &str = "INTERNAL";
+/// Reason: the request body is not one well-formed, uncompressed gRPC
+/// message of the method's request type (a truncated or extra frame, a
+/// string that is not UTF-8, a wrong wire type...).
+pub const MALFORMED_MESSAGE: &str = palisade_proto::codec::MALFORMED_MESSAGE;
+/// Reason: the request message is larger than
+/// `palisade_lifecycle::limits::REQUEST_BYTES_MAX`.
+pub const REQUEST_TOO_LARGE: &str = "REQUEST_TOO_LARGE";
+/// Reason: a watch asked to resume from a resource version the cluster has
+/// not reached.
+pub const RESOURCE_VERSION_TOO_NEW: &str = "RESOURCE_VERSION_TOO_NEW";
+/// Reason: a watch asked to resume from a resource version whose changes
+/// are no longer retained.
+pub const RESOURCE_VERSION_TOO_OLD: &str = "RESOURCE_VERSION_TOO_OLD";
+
+/// `text` cut to at most [`ERROR_MESSAGE_BYTES_MAX`] bytes, on a character
+/// boundary, saying so when it was cut.
+pub fn bounded(text: String) -> String {
+    if text.len() <= ERROR_MESSAGE_BYTES_MAX {
+        return text;
+    }
+    const CUT: &str = "... (cut)";
+    let mut end = ERROR_MESSAGE_BYTES_MAX - CUT.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{CUT}", &text[..end])
+}
 
 /// Builds a status with an ErrorInfo carrying `reason` and optional metadata.
 pub fn status(
@@ -30,11 +63,11 @@ pub fn status(
 ) -> tonic::Status {
     let metadata: HashMap<String, String> = metadata
         .into_iter()
-        .map(|(key, value)| (key.to_string(), value))
+        .map(|(key, value)| (key.to_string(), bounded(value)))
         .collect();
     tonic::Status::with_error_details(
         code,
-        message,
+        bounded(message.into()),
         ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata),
     )
 }
@@ -110,4 +143,20 @@ pub fn unavailable(reason: &str, message: impl Into<String>) -> tonic::Status {
 /// The ErrorInfo reason of a status, if it carries one.
 pub fn reason_of(status: &tonic::Status) -> Option<String> {
     status.get_details_error_info().map(|info| info.reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_and_metadata_are_bounded() {
+        let long = "é".repeat(ERROR_MESSAGE_BYTES_MAX);
+        let status = status(Code::InvalidArgument, "X", long.clone(), [("k", long)]);
+        assert!(status.message().len() <= ERROR_MESSAGE_BYTES_MAX);
+        assert!(status.message().ends_with("(cut)"));
+        let info = status.get_details_error_info().unwrap();
+        assert!(info.metadata["k"].len() <= ERROR_MESSAGE_BYTES_MAX);
+        assert_eq!(bounded("short".into()), "short");
+    }
 }

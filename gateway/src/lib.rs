@@ -68,6 +68,8 @@
 //!   term.
 //! - [`projection`]: the optional PostgreSQL read projection
 //!   (`--postgres-url`).
+//! - [`edge`]: what every public and admin request passes first: one
+//!   bounded, well-framed message per request.
 //! - [`errors`]: statuses with `google.rpc.ErrorInfo` reasons.
 //! - [`token`]: attested execution tokens.
 //! - [`convert`]: core types <-> API messages.
@@ -77,6 +79,7 @@
 
 pub mod admin;
 pub mod convert;
+pub mod edge;
 pub mod errors;
 pub mod executor;
 pub mod node;

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use palisade_lifecycle::limits::REQUEST_BYTES_MAX;
 use palisade_proto::v1::cluster_admin_server::ClusterAdminServer;
 use palisade_proto::v1::palisade_server::PalisadeServer;
 use palisade_raft::hooks::{FaultPoints, LinkFaults};
@@ -369,8 +370,13 @@ pub async fn run_with_hooks(
     let gate = DrainGate::new();
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(gate.guard(PalisadeServer::new(service)))
-        .add_service(ClusterAdminServer::new(AdminService::new(replica.clone())))
+        .add_service(gate.guard(crate::edge::single_message(
+            PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
+        )))
+        .add_service(crate::edge::single_message(
+            ClusterAdminServer::new(AdminService::new(replica.clone()))
+                .max_decoding_message_size(REQUEST_BYTES_MAX),
+        ))
         .add_service(PeerService::new(raft.clone()).into_server())
         // TCP_NODELAY on every accepted connection: without it a small
         // answer (a read, a Raft append acknowledgement) waits for the

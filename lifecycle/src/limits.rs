@@ -3,6 +3,10 @@
 //! The API edge checks these and answers INVALID_ARGUMENT; `apply` checks the
 //! ones that protect the replicated state again, so a buggy proposer cannot
 //! grow the state without bound.
+//!
+//! Names carry their unit: `_BYTES_MAX` counts UTF-8 bytes, `_CHARS_MAX`
+//! characters, `_COUNT_MAX` items; `_LENGTH_MAX` on a name or id counts
+//! bytes of ASCII (the only characters those may hold).
 
 /// Longest sandbox or workspace name (a DNS-1123 label).
 pub const NAME_LENGTH_MAX: usize = 63;
@@ -20,8 +24,10 @@ pub const COMMAND_ARGS_COUNT_MAX: usize = 256;
 pub const COMMAND_ARG_LENGTH_MAX: usize = 16 * 1024;
 /// Most environment variables in a sandbox spec.
 pub const ENV_COUNT_MAX: usize = 256;
+/// Longest environment variable name.
+pub const ENV_NAME_BYTES_MAX: usize = 256;
 /// Longest environment variable value.
-pub const ENV_VALUE_LENGTH_MAX: usize = 16 * 1024;
+pub const ENV_VALUE_BYTES_MAX: usize = 16 * 1024;
 /// Longest image reference.
 pub const IMAGE_LENGTH_MAX: usize = 1024;
 /// Most sandboxes in one workspace.
@@ -50,3 +56,19 @@ pub const OPERATION_WAITERS_MAX: usize = 64;
 /// Most runtime replacements of one sandbox under its restart policy, after
 /// which it stays in ERROR.
 pub const RESTARTS_MAX: u32 = 100;
+
+/// Largest request message a replica decodes (public and admin API). A
+/// larger one is refused with INVALID_ARGUMENT / REQUEST_TOO_LARGE before
+/// it is decoded. The per-field limits above bound each part; this bounds
+/// the whole, and so the size of one log entry.
+pub const REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most characters of a refused input quoted back in an error message
+/// (see [`crate::validate::quoted`]): enough to recognise it, never so
+/// much that the error itself becomes a problem.
+pub const INPUT_ECHO_CHARS_MAX: usize = 64;
+/// Longest message of an error status. Statuses travel in HTTP/2 trailers
+/// (the message twice: `grpc-message` and the details), which clients
+/// limit; a longer message is cut.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+/// Longest replica address (`HOST:PORT`): a DNS name is at most 253.
+pub const ADDRESS_BYTES_MAX: usize = 260;

@@ -5,6 +5,8 @@
 //! only compiles them (with a vendored `protoc`, so no system install is
 //! needed) and re-exports the generated modules.
 
+pub mod codec;
+
 /// The public API (`palisade.v1`).
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {

@@ -65,6 +65,10 @@ pub(super) fn request_meta(
     })
 }
 
+/// Longest page token: hex of "workspace/name", both at most
+/// `NAME_LENGTH_MAX` (a session id is shorter still).
+const PAGE_TOKEN_BYTES_MAX: usize = 2 * (2 * core::limits::NAME_LENGTH_MAX + 1);
+
 /// Page tokens are opaque to clients: hex of "workspace/name" of the last
 /// item of the previous page.
 pub(super) fn encode_page_token(workspace: &str, name: &str) -> String {
@@ -84,17 +88,36 @@ pub(super) fn decode_page_token(token: &str) -> Result<Option<(String, String)>,
             problem: "not a token this server issued; pass next_page_token unchanged".into(),
         })
     };
-    if !token.len().is_multiple_of(2) || token.len() > 512 {
+    // Checked as bytes first: slicing the text two by two would split a
+    // multi-byte character ("aéa") and panic.
+    if !token.len().is_multiple_of(2)
+        || token.len() > PAGE_TOKEN_BYTES_MAX
+        || !token.bytes().all(|byte| byte.is_ascii_hexdigit())
+    {
         return Err(bad());
     }
-    let bytes = (0..token.len())
-        .step_by(2)
-        .map(|at| u8::from_str_radix(&token[at..at + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| bad())?;
+    let bytes = token
+        .as_bytes()
+        .chunks_exact(2)
+        .map(|pair| {
+            let digits = std::str::from_utf8(pair).map_err(|_| bad())?;
+            u8::from_str_radix(digits, 16).map_err(|_| bad())
+        })
+        .collect::<Result<Vec<u8>, _>>()?;
     let text = String::from_utf8(bytes).map_err(|_| bad())?;
-    let (workspace, name) = text.split_once('/').ok_or_else(bad)?;
-    Ok(Some((workspace.to_string(), name.to_string())))
+    let (first, second) = text.split_once('/').ok_or_else(bad)?;
+    // What the server issues: names (DNS labels) and session ids (UUIDs),
+    // the second part empty for one-part keys.
+    let part_ok = |part: &str| {
+        part.len() <= core::limits::NAME_LENGTH_MAX
+            && part
+                .bytes()
+                .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+    };
+    if first.is_empty() || !part_ok(first) || !part_ok(second) {
+        return Err(bad());
+    }
+    Ok(Some((first.to_string(), second.to_string())))
 }
 
 impl PalisadeService {
@@ -106,7 +129,9 @@ impl PalisadeService {
             }
             Err(_) => Err(errors::invalid_input(validate::InvalidInput {
                 field: "consistency",
-                problem: format!("unknown value {consistency}"),
+                problem: format!(
+                    "unknown value {consistency}; use CONSISTENCY_LINEARIZABLE or CONSISTENCY_STALE"
+                ),
             })),
         }
     }

@@ -240,8 +240,17 @@ pub(super) async fn list(
         phases.push(phase);
     }
     let after = decode_page_token(&request.page_token)?;
+    let source = v1::ListSource::try_from(request.source).map_err(|_| {
+        errors::invalid_input(validate::InvalidInput {
+            field: "source",
+            problem: format!(
+                "unknown value {}; use LIST_SOURCE_STATE or LIST_SOURCE_PROJECTION",
+                request.source
+            ),
+        })
+    })?;
     service.read_consistency(request.consistency).await?;
-    if request.source == v1::ListSource::Projection as i32 {
+    if source == v1::ListSource::Projection {
         let projection = service
             .replica
             .projection

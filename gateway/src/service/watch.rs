@@ -44,6 +44,22 @@ pub(super) async fn sandboxes(
     }
     // A watch resumed on another replica must not go back in time.
     service.replica.linearize().await?;
+    // After the read index, every version the cluster has handed out is
+    // applied here: a later one was never handed out (another cluster's,
+    // a typo). Accepting it would leave the watch silent until the log
+    // happened to reach it.
+    let applied = service.replica.state.applied_index();
+    if request.resource_version > applied {
+        return Err(errors::status(
+            Code::OutOfRange,
+            errors::RESOURCE_VERSION_TOO_NEW,
+            format!(
+                "resource version {} is ahead of this cluster's log (at {applied}); watch from a resource version this cluster returned, or from 0 to list first",
+                request.resource_version
+            ),
+            [("applied_index", applied.to_string())],
+        ));
+    }
     let state = service.replica.state.clone();
     let (sender, receiver) = tokio::sync::mpsc::channel(WATCH_QUEUE_DEPTH);
     tokio::spawn(async move {
@@ -83,7 +99,7 @@ pub(super) async fn sandboxes(
                 let _ = sender
                     .send(Err(errors::status(
                         Code::OutOfRange,
-                        "RESOURCE_VERSION_TOO_OLD",
+                        errors::RESOURCE_VERSION_TOO_OLD,
                         format!("changes after resource version {from} are no longer retained; list again and watch from the list's resource version"),
                         [],
                     )))
