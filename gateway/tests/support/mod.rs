@@ -249,35 +249,44 @@ impl TestReplica {
                 header_bytes,
             };
         }
-        // A streaming answer (a watch that started): its first frame is
-        // enough; the stream is dropped after it.
-        let first = tokio::time::timeout(Duration::from_secs(2), body.frame()).await;
-        match first {
-            Ok(Some(Ok(frame))) => match frame.into_trailers() {
-                Ok(trailers) => {
-                    header_bytes += header_map_bytes(&trailers);
-                    RawAnswer {
-                        status: tonic::Status::from_header_map(&trailers),
-                        transport_error: None,
-                        header_bytes,
-                    }
-                }
-                Err(_data) => RawAnswer {
-                    status: None,
-                    transport_error: None,
-                    header_bytes,
-                },
-            },
-            Ok(Some(Err(error))) => RawAnswer {
-                status: None,
-                transport_error: Some(error.to_string()),
-                header_bytes,
-            },
-            Ok(None) | Err(_) => RawAnswer {
+        // A watch that started streams until it is dropped: that it
+        // started is the answer.
+        if path.ends_with("/WatchSandboxes") {
+            return RawAnswer {
                 status: None,
                 transport_error: None,
                 header_bytes,
-            },
+            };
+        }
+        // A unary answer: the message, then the trailers with the status.
+        loop {
+            match tokio::time::timeout(CALL_TIMEOUT, body.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        header_bytes += header_map_bytes(&trailers);
+                        return RawAnswer {
+                            status: tonic::Status::from_header_map(&trailers),
+                            transport_error: None,
+                            header_bytes,
+                        };
+                    }
+                }
+                Ok(Some(Err(error))) => {
+                    return RawAnswer {
+                        status: None,
+                        transport_error: Some(error.to_string()),
+                        header_bytes,
+                    };
+                }
+                Ok(None) => {
+                    return RawAnswer {
+                        status: None,
+                        transport_error: Some("the answer ended without trailers".into()),
+                        header_bytes,
+                    };
+                }
+                Err(_) => panic!("the answer to {path} stalled for {CALL_TIMEOUT:?}"),
+            }
         }
     }
 
@@ -311,8 +320,8 @@ pub fn frame(message: &[u8]) -> Bytes {
 /// What a raw call got back.
 #[derive(Debug)]
 pub struct RawAnswer {
-    /// The gRPC status (`None`: the call succeeded with a message first,
-    /// or the stream broke before a status came).
+    /// The gRPC status: `Some(OK)` for a unary success; `None` for a watch
+    /// that started streaming, or when the call broke (`transport_error`).
     pub status: Option<tonic::Status>,
     /// The transport error, if the call broke.
     pub transport_error: Option<String>,
