@@ -132,6 +132,7 @@ pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
         }
     });
     v1::ClusterInfo {
+        members_heard_from: replica.members_heard.ids(),
         projection,
         state_digest,
         node_id: replica.node_id,

@@ -58,6 +58,8 @@
 //!
 //! - [`node`]: runs one replica (storage, Raft, executor, gRPC server) with
 //!   a designed shutdown; [`node::NodeError`].
+//! - [`founding`]: founding the cluster once, and refusing to found it
+//!   again from a wiped data directory.
 //! - [`replica`]: proposing (locally or forwarded), linearizable reads,
 //!   waiting for the applied state.
 //! - [`service`]: `palisade.v1.Palisade` handlers, split by resource
@@ -82,6 +84,7 @@ pub mod convert;
 pub mod edge;
 pub mod errors;
 pub mod executor;
+pub mod founding;
 pub mod node;
 pub mod planted;
 pub mod projection;

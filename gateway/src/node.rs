@@ -42,6 +42,7 @@ use tracing::{info, warn};
 
 use crate::admin::AdminService;
 use crate::executor::{Executor, ExecutorConfig};
+use crate::founding::{self, MembersHeard};
 use crate::replica::{Replica, ReplicaTimeouts};
 use crate::service::PalisadeService;
 use palisade_driver::ComputeDriver;
@@ -158,6 +159,46 @@ pub enum NodeError {
         "--initial-cluster does not name this node ({0}); list every founding member as ID=ADDRESS"
     )]
     NotInInitialCluster(NodeId),
+    /// The data directory is empty, but the running cluster has heard from
+    /// this node id before: its log and votes were lost
+    /// ([`crate::founding`]).
+    #[error(
+        "refusing to found the cluster again: node {node_id} has an empty data directory ({data_dir}), \
+         but node {peer} (at {peer_address}) has exchanged Raft messages with node {node_id} before, \
+         so this node's log and votes were lost; founding again could elect two leaders in one term \
+         or lose acknowledged writes. To bring it back: on a running member, \
+         `palisade cluster remove {node_id}`; then start this replica with an empty data directory \
+         and without --initial-cluster, and add it again with \
+         `palisade cluster add-learner {node_id} ADDRESS` and `palisade cluster promote {node_id}`"
+    )]
+    WipedMember {
+        /// This node.
+        node_id: NodeId,
+        /// Its (empty) data directory.
+        data_dir: PathBuf,
+        /// The member that heard from it.
+        peer: NodeId,
+        /// Where that member was asked.
+        peer_address: String,
+    },
+    /// The data directory is empty and the running cluster does not list
+    /// this node id among its members ([`crate::founding`]).
+    #[error(
+        "refusing to found the cluster: node {peer} (at {peer_address}) runs a cluster whose \
+         members are {members:?}, without node {node_id} (it was removed, or never was a member). \
+         Start this replica without --initial-cluster and add it with \
+         `palisade cluster add-learner {node_id} ADDRESS`, then `palisade cluster promote {node_id}`"
+    )]
+    NotAMember {
+        /// This node.
+        node_id: NodeId,
+        /// The member that answered.
+        peer: NodeId,
+        /// Where that member was asked.
+        peer_address: String,
+        /// The members it listed.
+        members: Vec<NodeId>,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Server(String),
@@ -277,6 +318,7 @@ pub async fn run_with_hooks(
 ) -> Result<(), NodeError> {
     let node_id = config.node_id;
     claim_data_dir(&config.data_dir, node_id)?;
+    let members_heard = MembersHeard::open(&config.data_dir)?;
     let log_store =
         LogStore::<TypeConfig>::open(config.data_dir.join("raft-log")).map_err(|error| {
             NodeError::LogStore {
@@ -300,9 +342,14 @@ pub async fn run_with_hooks(
         .await
         .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
 
-    if !config.initial_cluster.is_empty() {
-        initialize_once(&raft, node_id, &config.initial_cluster).await?;
+    if !config.initial_cluster.is_empty()
+        && let Err(error) =
+            initialize_once(&raft, node_id, &config.data_dir, &config.initial_cluster).await
+    {
+        raft.shutdown().await.ok();
+        return Err(error);
     }
+    let members_heard_recorder = founding::spawn_recorder(node_id, &raft, members_heard.clone());
 
     let executor = Executor::new(
         node_id,
@@ -346,6 +393,7 @@ pub async fn run_with_hooks(
         state,
         peers,
         timeouts: config.timeouts,
+        members_heard,
         projection: projection
             .as_ref()
             .map(|running| running.projection.clone()),
@@ -392,6 +440,7 @@ pub async fn run_with_hooks(
     tokio::select! {
         () = shutdown => {}
         result = &mut server => {
+            members_heard_recorder.abort();
             executor.step_down();
             if let Some(projection) = projection {
                 projection.stop().await;
@@ -426,6 +475,7 @@ pub async fn run_with_hooks(
     {
         server.abort();
     }
+    members_heard_recorder.abort();
     executor.step_down();
     if let Some(projection) = projection {
         projection.stop().await;
@@ -439,10 +489,13 @@ pub async fn run_with_hooks(
 
 /// Initializes the cluster if this node's storage has never been
 /// initialized. Every founding member may call it with the same membership;
-/// a node that already has state never re-initializes.
+/// a node that already has state never re-initializes, and one whose
+/// storage is empty first asks the other founding members whether they
+/// run a cluster that already knows it ([`founding`]).
 async fn initialize_once(
     raft: &Raft,
     node_id: NodeId,
+    data_dir: &std::path::Path,
     initial_cluster: &BTreeMap<NodeId, String>,
 ) -> Result<(), NodeError> {
     if !initial_cluster.contains_key(&node_id) {
@@ -456,6 +509,8 @@ async fn initialize_once(
         info!("cluster already initialized; not initializing again");
         return Ok(());
     }
+    let views = founding::ask_founding_members(node_id, initial_cluster).await;
+    founding::may_found(node_id, data_dir, &views)?;
     let members: BTreeMap<NodeId, Node> = initial_cluster
         .iter()
         .map(|(id, address)| {

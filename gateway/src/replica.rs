@@ -78,6 +78,9 @@ pub struct Replica {
     pub peers: PeerClients,
     /// Request-path timeouts.
     pub timeouts: ReplicaTimeouts,
+    /// The node ids this replica has exchanged Raft messages with
+    /// ([`crate::founding`]).
+    pub members_heard: crate::founding::MembersHeard,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub projection: Option<palisade_projection::Projection>,
 }

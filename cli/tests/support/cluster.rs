@@ -70,6 +70,15 @@ impl Cluster {
         Cluster(LocalCluster::start(spec).expect("start the cluster"))
     }
 
+    /// Prepares `size` founding replicas without starting any (start them
+    /// one by one with `replica_mut(id).start()`).
+    pub fn prepare(size: u64, extra_args: &[&str]) -> Cluster {
+        let spec = ClusterSpec::new(palisade(), size)
+            .gateway_args(with_default_stop_grace(extra_args))
+            .log_filter("info,openraft=warn");
+        Cluster(LocalCluster::prepare(spec).expect("prepare the cluster"))
+    }
+
     /// Starts one more replica, without `--initial-cluster`: it waits to be
     /// added as a learner.
     pub fn start_joining(&mut self, node_id: u64, extra_args: &[&str]) -> &mut ReplicaProcess {
