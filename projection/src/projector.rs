@@ -78,9 +78,15 @@ pub const STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a projector waits for its replica to apply up to a checkpoint
 /// that another projector wrote, before it retries.
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
-/// Connections the projection's pool opens at most (the projector uses
-/// one; the rest serve list queries and read-your-writes polls).
-pub const POOL_CONNECTIONS_MAX: u32 = 4;
+/// Connections the projector's own pool opens at most: its batch and
+/// resync transactions and checkpoint reads, one at a time (the second is
+/// slack for a connection being replaced).
+pub const PROJECTOR_CONNECTIONS_MAX: u32 = 2;
+/// Connections the readers' pool opens at most: `ListSandboxes` served from
+/// the projection, read-your-writes waits, status reads. A pool of its own,
+/// so slow or many readers wait for each other, never for the projector
+/// (or it for them).
+pub const READER_CONNECTIONS_MAX: u32 = 8;
 /// How long acquiring a connection may take (PostgreSQL down: fail fast
 /// and retry).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -117,17 +123,23 @@ impl ProjectionConfig {
     }
 }
 
-/// A lazily connecting pool: creating it never waits for PostgreSQL, so a
-/// replica starts (and takes writes) while the database is down.
-pub fn connect_lazy(database_url: &str) -> Result<PgPool, ProjectionError> {
+/// A lazily connecting pool of at most `connections_max` connections,
+/// named `application_name` in `pg_stat_activity`: creating it never waits
+/// for PostgreSQL, so a replica starts (and takes writes) while the
+/// database is down.
+pub fn connect_lazy(
+    database_url: &str,
+    connections_max: u32,
+    application_name: &str,
+) -> Result<PgPool, ProjectionError> {
     let options = PgConnectOptions::from_str(database_url)?
-        .application_name("palisade-projection")
+        .application_name(application_name)
         .options([(
             "statement_timeout",
             format!("{}ms", STATEMENT_TIMEOUT.as_millis()),
         )]);
     Ok(PgPoolOptions::new()
-        .max_connections(POOL_CONNECTIONS_MAX)
+        .max_connections(connections_max)
         .acquire_timeout(CONNECT_TIMEOUT)
         .connect_lazy_with(options))
 }
@@ -183,13 +195,31 @@ pub struct Projector<S: ReplicaSource> {
 impl<S: ReplicaSource> Projector<S> {
     /// A projector for `source` writing to `config.database_url` (connected
     /// lazily), and the handle to query the projection.
+    /// The projector writes through a pool of its own
+    /// ([`PROJECTOR_CONNECTIONS_MAX`]) and the handle reads through another
+    /// ([`READER_CONNECTIONS_MAX`]).
     pub fn new(config: ProjectionConfig, source: S) -> Result<(Self, Projection), ProjectionError> {
-        let pool = connect_lazy(&config.database_url)?;
-        Ok(Self::with_pool(config, pool, source))
+        let writer = connect_lazy(
+            &config.database_url,
+            PROJECTOR_CONNECTIONS_MAX,
+            "palisade-projector",
+        )?;
+        let readers = connect_lazy(
+            &config.database_url,
+            READER_CONNECTIONS_MAX,
+            "palisade-projection-reader",
+        )?;
+        Ok(Self::with_pools(config, writer, readers, source))
     }
 
-    /// Like [`Projector::new`], on an existing pool.
-    pub fn with_pool(config: ProjectionConfig, pool: PgPool, source: S) -> (Self, Projection) {
+    /// Like [`Projector::new`], on existing pools: `pool` for the projector,
+    /// `readers` for the [`Projection`] handle.
+    pub fn with_pools(
+        config: ProjectionConfig,
+        pool: PgPool,
+        readers: PgPool,
+        source: S,
+    ) -> (Self, Projection) {
         assert!(
             (1..=BATCH_ENTRIES_MAX).contains(&config.batch_entries_max),
             "batch_entries_max must be within 1..={BATCH_ENTRIES_MAX}"
@@ -200,8 +230,7 @@ impl<S: ReplicaSource> Projector<S> {
             ..ProjectionStatus::default()
         });
         let lag = Arc::new(LagSamples::default());
-        let projection =
-            Projection::new(pool.clone(), status_receiver, applied.clone(), lag.clone());
+        let projection = Projection::new(readers, status_receiver, applied.clone(), lag.clone());
         let rng = StdRng::seed_from_u64(config.seed);
         let projector = Projector {
             config,

@@ -84,7 +84,8 @@ impl Projection {
         }
     }
 
-    /// The pool (for SQL consumers in tests and tools).
+    /// The readers' pool (for SQL consumers in tests and tools); the
+    /// projector writes through a pool of its own.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -312,6 +312,39 @@ async fn random_workload_projection_equals_state_row_for_row() -> Result<()> {
     Ok(())
 }
 
+/// Readers that hold every connection the projection reads through (slow
+/// list queries, many read-your-writes waits) do not stop the projector:
+/// it writes through a pool of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_holding_every_read_connection_do_not_stop_the_projector() -> Result<()> {
+    let mut harness = Harness::new(seed()).await?;
+    let (projector, projection) = harness.projector(1)?;
+    let (task, _active) = run(projector);
+    harness.drive(50);
+    assert_rows_equal(&projection, &harness.replica).await?;
+
+    let readers = projection.pool().options().get_max_connections();
+    let mut held = Vec::new();
+    for _ in 0..readers {
+        held.push(projection.pool().acquire().await?);
+    }
+    harness.drive(50);
+    let target = harness.replica.last().index;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while projection.status().projected_index < target {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the projector stalled behind {readers} busy readers: {}",
+            projection.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+    assert_rows_equal(&projection, &harness.replica).await?;
+    task.abort();
+    Ok(())
+}
+
 /// A hook that, at the `nth` time the projector reaches `stage`, signals
 /// and never returns: the projector is then aborted there, mid-batch.
 fn crash_at(stage: BatchStage, nth: usize) -> (StageHook, Arc<Notify>) {
