@@ -31,13 +31,25 @@ pub struct RunArgs {
     #[arg(long)]
     pub advertise: Option<String>,
     /// Directory for the Raft log, vote and snapshots. Never reuse one under
-    /// another node id, never start an existing member with an empty one.
+    /// another node id, never start an existing member with an empty one
+    /// (with --initial-cluster, such a replica refuses to start: see
+    /// --initial-cluster).
     #[arg(long)]
     pub data_dir: PathBuf,
     /// Founding members, etcd-style: ID=HOST:PORT,ID=HOST:PORT,... The
     /// cluster is initialized once, on first start; restarting with the
     /// same flags is safe. Omit it on a replica that joins an existing
     /// cluster as a learner.
+    ///
+    /// A replica whose data directory is empty first asks the other listed
+    /// members (2 s each) and refuses to start, exiting non-zero, if they
+    /// run a cluster that has heard from this node id before (its data was
+    /// lost: founding again could vote twice in a term) or that does not
+    /// list it. To bring such a replica back: `palisade cluster remove ID`
+    /// on the cluster, start the replica with an empty data directory
+    /// WITHOUT --initial-cluster, then `palisade cluster add-learner ID
+    /// ADDRESS` and `palisade cluster promote ID`. A founder that never ran
+    /// (started after the others) founds and joins normally.
     #[arg(long, value_parser = parse_initial_cluster)]
     pub initial_cluster: Option<BTreeMap<u64, String>>,
     /// Compute driver: `process` runs each sandbox as local processes under
@@ -204,4 +216,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         postgres_url: args.postgres_url.clone(),
     };
     Ok(palisade_gateway::node::run(config, driver, shutdown_signal()).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_cluster_addresses_are_host_and_port() {
+        let members = parse_initial_cluster("1=127.0.0.1:7001, 2=http://node-2.internal:7001").unwrap();
+        assert_eq!(members[&1], "127.0.0.1:7001");
+        assert_eq!(members[&2], "node-2.internal:7001");
+        for bad in ["1=:", "1=host:", "1=a:b:c", "1=host:0", "1=127.0.0.1:7001,1=127.0.0.1:7002", ""] {
+            assert!(parse_initial_cluster(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 }
