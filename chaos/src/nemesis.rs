@@ -354,15 +354,23 @@ impl Nemesis {
         self.history.fault("driver-healed", "driver faults cleared");
     }
 
-    /// The next handoff: every other one is a ping-pong at the
-    /// begin-committed point of a launch (old-term launches are the effects
-    /// a missing term fence lets through, and the most damaging); the
-    /// others pick a point and a transfer or a crash at random.
+    /// The next handoff: every other one is a ping-pong around a launch
+    /// (old-term launches are the effects a missing fence lets through, and
+    /// the most damaging): alternately at the begin-committed point (only
+    /// the term fence stops it) and at the before-effect point, after the
+    /// leader confirmed its leadership (only the driver's own fence and
+    /// tombstone stop it); the others pick a point and a transfer or a
+    /// crash at random.
     fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
         self.handoffs += 1;
         if self.handoffs % 2 == 1 {
+            let kind = if self.handoffs % 4 == 1 {
+                PointKind::BeginCommitted
+            } else {
+                PointKind::BeforeEffect
+            };
             return (
-                PointKind::BeginCommitted,
+                kind,
                 PointAction::PingPong {
                     wait_max: self.ms(2_000, 3_000),
                 },
@@ -462,7 +470,10 @@ impl Nemesis {
                     None => false,
                 };
                 let gone = match &point {
-                    FaultPoint::BeginCommitted { sandbox_id, .. } if moved => {
+                    FaultPoint::BeginCommitted { sandbox_id, .. }
+                    | FaultPoint::BeforeEffect { sandbox_id, .. }
+                        if moved =>
+                    {
                         self.delete_when_settled(sandbox_id, wait_max).await
                     }
                     _ => false,

@@ -29,3 +29,4 @@ pub fn skip_expected_id_check() -> bool {
         false
     }
 }
+
