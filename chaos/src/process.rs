@@ -422,7 +422,7 @@ async fn list_all(endpoints: &[(NodeId, String)]) -> Option<BTreeMap<String, Fin
 pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Report, ChaosError> {
     if !palisade.exists() {
         return Err(ChaosError::Process(format!(
-            "{} does not exist; build it with cargo build -p palisade-gateway",
+            "{} does not exist; build it with cargo build -p palisade-cli",
             palisade.display()
         )));
     }

@@ -25,27 +25,34 @@
 //!    (name, `expected_sandbox_id`, a fresh request id) and
 //!    `cli/src/client.rs::Client::palisade` sends it, failing over between
 //!    replicas and keeping the request id across its retries.
-//! 2. [`service`]: `PalisadeService::delete_sandbox` (tonic handler) hands
-//!    over to `service/sandboxes.rs`, which validates the input, computes
-//!    the payload digest for the receipt (`service/request.rs`) and runs the
-//!    operation: [`replica::Replica::propose`] with `Command::BeginDelete`.
-//! 3. [`replica`]: `Replica::propose` writes through openraft on the leader,
-//!    or forwards the command to it (`raft/src/network` client,
-//!    `raft/src/peer_service.rs::forward_write` on the leader).
-//! 4. `raft/src/state_machine.rs::apply` feeds each committed entry to
-//!    `lifecycle/src/apply.rs::apply`, which checks the expected id
-//!    (SANDBOX_IDENTITY_MISMATCH otherwise), records the receipt and marks
-//!    the sandbox DELETING with a pending delete operation.
-//! 5. [`executor`]: on the leader, `Executor::run` sees the pending
-//!    operation, `Executor::perform` confirms leadership in the term it
-//!    started in, calls the driver's `remove` (`driver/src/lib.rs`,
-//!    `ComputeDriver::remove`) and proposes `Command::CompleteDelete`.
+//! 2. `gateway/src/service/mod.rs::PalisadeService::delete_sandbox` (the
+//!    tonic handler) hands over to
+//!    `gateway/src/service/sandboxes.rs::delete`, which validates the input
+//!    and digests the payload for the receipt
+//!    (`gateway/src/service/request.rs::request_meta`).
+//! 3. `gateway/src/service/request.rs::PalisadeService::run_operation`
+//!    proposes `Command::BeginDelete` through
+//!    `gateway/src/replica.rs::Replica::propose`: written through openraft on
+//!    the leader, or forwarded to it
+//!    (`raft/src/network/forward.rs::PeerClients::forward_write`, answered
+//!    by `raft/src/peer_service.rs::PeerService::forward_write`).
+//! 4. `raft/src/state_machine.rs::LifecycleStateMachine::apply` feeds the
+//!    committed entry to `lifecycle/src/apply.rs::apply`, whose
+//!    `begin_delete` checks the expected id (SANDBOX_IDENTITY_MISMATCH
+//!    otherwise), records the receipt and marks the sandbox DELETING with a
+//!    pending delete operation.
+//! 5. On the leader, `gateway/src/executor.rs::Executor::run` sees the
+//!    pending operation and `Executor::perform` confirms leadership in the
+//!    term it started in, calls the driver
+//!    (`driver/src/lib.rs::ComputeDriver::remove`) and `Executor::complete`
+//!    proposes `Command::CompleteDelete`.
 //! 6. `lifecycle/src/apply.rs::complete_delete` removes the sandbox, its
 //!    owned records and its name in one entry.
-//! 7. Back in `service/sandboxes.rs`, the handler, waiting with
-//!    [`replica::Replica::wait_until`] for its receipt's terminal result,
-//!    answers `deleted` — or UNAVAILABLE (LEADERSHIP_CHANGED /
-//!    OUTCOME_PENDING) for the client to retry with the same request id.
+//! 7. Back in `run_operation`, the handler waits with
+//!    `gateway/src/replica.rs::Replica::wait_until` for its receipt's
+//!    terminal result and answers `deleted` — or UNAVAILABLE
+//!    (LEADERSHIP_CHANGED / OUTCOME_PENDING) for the client to retry with
+//!    the same request id.
 //!
 //! # Layout
 //!
@@ -53,7 +60,8 @@
 //!   a designed shutdown; [`node::NodeError`].
 //! - [`replica`]: proposing (locally or forwarded), linearizable reads,
 //!   waiting for the applied state.
-//! - [`service`]: `palisade.v1.Palisade` handlers, split by resource;
+//! - [`service`]: `palisade.v1.Palisade` handlers, split by resource
+//!   (sandboxes, watch, owned records, workspaces, request plumbing);
 //!   validation at the edge.
 //! - [`admin`]: `palisade.v1.ClusterAdmin`: cluster view and membership.
 //! - [`executor`]: turns committed operations into driver calls, fenced by

@@ -3,13 +3,17 @@
 //! (and exits non-zero if any read failed).
 //!
 //! ```text
-//! cargo build --release -p palisade-gateway --bins
-//! target/release/palisade-bench-cleanup
+//! cargo build --release -p palisade-cli -p palisade-bench
+//! target/release/palisade-bench-cleanup         # --help for the flags
 //! ```
 //!
-//! It starts three replicas (`palisade gateway run`, the `palisade` binary
-//! next to this one, or `--palisade PATH`) with the process driver on free
-//! loopback ports, data in a temporary directory. Then, for each round:
+//! It starts three replicas of the real `palisade` binary (`palisade
+//! gateway run`, through `palisade-testkit`; the `palisade` next to this
+//! binary, or `--palisade PATH`) with the process driver on free loopback
+//! ports, data in a temporary directory (`--keep` keeps it; replicas log at
+//! `warn`, or `PALISADE_BENCH_LOG`, into `node-N/gateway.log`). The replicas
+//! and every sandbox process they started are killed on exit, also on
+//! failure. Then, for each round:
 //!
 //! 1. creates a sandbox and opens `--sessions` SSH sessions on it (5,000 by
 //!    default) and sets its policy;
@@ -28,25 +32,26 @@
 //! read; latencies depend on the machine, so compare the two phases.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use palisade_bench::{
+    REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile, run_main,
+    start_cluster, wait_ready,
+};
 use palisade_proto::v1;
-use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Benchmark reads during the cleanup of a sandbox's owned records.
 #[derive(Debug, Parser)]
-#[command(name = "palisade-bench-cleanup", about, long_about = None)]
+#[command(name = "palisade-bench-cleanup", long_about = None)]
 struct Args {
     /// SSH sessions opened on each deleted sandbox.
     #[arg(long, default_value_t = 5000)]
@@ -60,7 +65,8 @@ struct Args {
     /// Length of the idle (no deletion) reading window of each round.
     #[arg(long, default_value_t = 3)]
     baseline_seconds: u64,
-    /// The `palisade` binary (default: the one next to this binary).
+    /// The `palisade` binary the replicas run (default: the one next to
+    /// this binary).
     #[arg(long)]
     palisade: Option<PathBuf>,
     /// Keep the temporary directory (replica logs) after the run.
@@ -68,126 +74,15 @@ struct Args {
     keep: bool,
 }
 
-/// Replicas of the benchmark cluster.
-const REPLICAS: u64 = 3;
-/// Per-request deadline of every client.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// SSH-session creations in flight at once.
 const SESSIONS_IN_FLIGHT: usize = 64;
-/// How long a leader election may take before the run gives up.
-const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reading before the delete starts and after it answers (not counted).
 const DELETE_MARGIN: Duration = Duration::from_millis(300);
 /// What the sandboxes run.
 const SANDBOX_COMMAND: [&str; 2] = ["sleep", "86400"];
 
 fn main() {
-    let args = Args::parse();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let result = runtime.block_on(run(args));
-    runtime.shutdown_background();
-    if let Err(error) = result {
-        eprintln!("error: {error:#}");
-        std::process::exit(1);
-    }
-}
-
-/// The replicas, and the sandbox processes under their shared driver
-/// directory; all SIGKILLed when dropped (also when the run fails).
-struct ClusterProcesses {
-    replicas: Vec<Child>,
-    driver_dir: PathBuf,
-}
-
-impl Drop for ClusterProcesses {
-    fn drop(&mut self) {
-        for child in &mut self.replicas {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        kill_processes_under(&self.driver_dir);
-    }
-}
-
-/// SIGKILLs every process whose command line or working directory names
-/// something under `dir` (the process driver's shims and commands).
-fn kill_processes_under(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let in_cmdline = cmdline
-            .split(|byte| *byte == 0)
-            .any(|word| Path::new(&*String::from_utf8_lossy(word)).starts_with(dir));
-        let in_cwd =
-            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
-        if in_cmdline || in_cwd {
-            // SAFETY: kill(2) on a process this benchmark's cluster started.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-async fn connect(uri: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(uri.to_string())?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(REQUEST_TIMEOUT)
-        .tcp_nodelay(true)
-        .connect()
-        .await?)
-}
-
-/// Waits until every replica names the same leader and applied what it
-/// committed.
-async fn wait_for_leader(uris: &[String]) -> anyhow::Result<()> {
-    let deadline = Instant::now() + LEADER_TIMEOUT;
-    loop {
-        let mut views = Vec::new();
-        for uri in uris {
-            let view = match connect(uri).await {
-                Ok(channel) => ClusterAdminClient::new(channel)
-                    .get_cluster_info(v1::GetClusterInfoRequest {})
-                    .await
-                    .ok()
-                    .map(tonic::Response::into_inner),
-                Err(_) => None,
-            };
-            views.push(view);
-        }
-        let leaders: Vec<Option<u64>> = views
-            .iter()
-            .map(|view| view.as_ref().and_then(|info| info.leader_id))
-            .collect();
-        let commit = views
-            .iter()
-            .flatten()
-            .map(|info| info.commit_index)
-            .max()
-            .unwrap_or(0);
-        if let Some(Some(leader)) = leaders.first()
-            && leaders.iter().all(|known| *known == Some(*leader))
-            && views.iter().all(|view| {
-                view.as_ref()
-                    .is_some_and(|info| info.applied_index >= commit)
-            })
-        {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!("no leader within {LEADER_TIMEOUT:?}: {views:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    run_main(run(Args::parse()));
 }
 
 /// What a reader does.
@@ -294,71 +189,18 @@ fn sandbox_request(name: &str) -> v1::CreateSandboxRequest {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let palisade = match &args.palisade {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?
-            .parent()
-            .context("the benchmark binary has no directory")?
-            .join("palisade"),
-    };
-    if !palisade.is_file() {
-        bail!(
-            "{} not found; build it (cargo build --release -p palisade-gateway --bins) or pass --palisade",
-            palisade.display()
-        );
-    }
-    let root = std::env::temp_dir().join(format!("palisade-bench-cleanup-{}", std::process::id()));
-    std::fs::create_dir_all(&root)?;
-    let result = bench(&args, &palisade, &root).await;
-    if args.keep || result.is_err() {
-        eprintln!("replica data and logs kept in {}", root.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&root);
-    }
-    result
+    let palisade = palisade_binary(args.palisade.as_deref())?;
+    in_run_dir("palisade-bench-cleanup", args.keep, |root| {
+        bench(&args, &palisade, root)
+    })
+    .await
 }
 
-async fn bench(args: &Args, palisade: &Path, root: &Path) -> anyhow::Result<()> {
-    let mut addresses = Vec::new();
-    for id in 1..=REPLICAS {
-        addresses.push((id, format!("127.0.0.1:{}", free_port()?)));
-    }
-    let initial_cluster = addresses
-        .iter()
-        .map(|(id, address)| format!("{id}={address}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let driver_dir = root.join("executions");
-    let mut cluster = ClusterProcesses {
-        replicas: Vec::new(),
-        driver_dir: driver_dir.clone(),
-    };
-    for (id, address) in &addresses {
-        let data_dir = root.join(format!("node-{id}"));
-        std::fs::create_dir_all(&data_dir)?;
-        let log = std::fs::File::create(data_dir.join("gateway.log"))?;
-        let child = Command::new(palisade)
-            .args(["gateway", "run", "--node-id", &id.to_string()])
-            .args(["--listen", address])
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .arg("--driver-dir")
-            .arg(&driver_dir)
-            .args(["--initial-cluster", &initial_cluster])
-            .args(["--stop-grace-seconds", "2"])
-            .env("PALISADE_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("cannot start a replica")?;
-        cluster.replicas.push(child);
-    }
-    let uris: Vec<String> = addresses
-        .iter()
-        .map(|(_, address)| format!("http://{address}"))
-        .collect();
-    wait_for_leader(&uris).await?;
+async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
+    let gateway_args = vec!["--stop-grace-seconds".to_string(), "2".to_string()];
+    let cluster = start_cluster(palisade, &root, gateway_args)?;
+    wait_ready(&cluster).await?;
+    let uris = cluster.all_uris();
     let mut channels = Vec::new();
     for uri in &uris {
         channels.push(connect(uri).await?);
@@ -510,15 +352,19 @@ async fn bench(args: &Args, palisade: &Path, root: &Path) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn percentile(sorted: &[Duration], percent: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[(sorted.len() * percent / 100).min(sorted.len() - 1)]
+fn millis_text(duration: Duration) -> String {
+    format!("{:.2}", millis(duration))
 }
 
-fn millis(duration: Duration) -> String {
-    format!("{:.2}", duration.as_secs_f64() * 1000.0)
+/// Calls, errors, p50, p99 and max of sorted latencies, as table cells.
+fn latency_cells(sorted: &[Duration], errors: usize) -> [String; 5] {
+    [
+        sorted.len().to_string(),
+        errors.to_string(),
+        millis_text(percentile(sorted, 0.50)),
+        millis_text(percentile(sorted, 0.99)),
+        millis_text(sorted.last().copied().unwrap_or_default()),
+    ]
 }
 
 fn report(
@@ -535,10 +381,12 @@ fn report(
         "\nreads on every replica ({} replicas x {} readers) while a sandbox with {} SSH sessions is deleted, {} round(s)\n",
         REPLICAS, args.readers_per_replica, args.sessions, args.rounds
     );
-    let header = [
-        "phase", "read", "calls", "errors", "p50 ms", "p99 ms", "max ms",
-    ];
-    let mut rows: Vec<[String; 7]> = Vec::new();
+    let mut table = Table::new(
+        &[
+            "phase", "read", "calls", "errors", "p50 ms", "p99 ms", "max ms",
+        ],
+        2,
+    );
     for (phase, windows) in [("idle", idle_windows), ("during delete", delete_windows)] {
         let mut by_read: BTreeMap<Read, (Vec<Duration>, usize)> = BTreeMap::new();
         for sample in samples.iter().filter(|sample| within(sample, windows)) {
@@ -550,54 +398,18 @@ fn report(
         let mut all_errors = 0;
         for (read, (mut latencies, errors)) in by_read {
             latencies.sort_unstable();
-            rows.push([
-                phase.to_string(),
-                read.label().to_string(),
-                latencies.len().to_string(),
-                errors.to_string(),
-                millis(percentile(&latencies, 50)),
-                millis(percentile(&latencies, 99)),
-                millis(latencies.last().copied().unwrap_or_default()),
-            ]);
+            let mut row = vec![phase.to_string(), read.label().to_string()];
+            row.extend(latency_cells(&latencies, errors));
+            table.row(row);
             all.extend(latencies);
             all_errors += errors;
         }
         all.sort_unstable();
-        rows.push([
-            phase.to_string(),
-            "all reads".to_string(),
-            all.len().to_string(),
-            all_errors.to_string(),
-            millis(percentile(&all, 50)),
-            millis(percentile(&all, 99)),
-            millis(all.last().copied().unwrap_or_default()),
-        ]);
+        let mut row = vec![phase.to_string(), "all reads".to_string()];
+        row.extend(latency_cells(&all, all_errors));
+        table.row(row);
     }
-    let mut widths: Vec<usize> = header.iter().map(|title| title.len()).collect();
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(column, (cell, width))| {
-                if column < 2 {
-                    format!("{cell:<width$}")
-                } else {
-                    format!("{cell:>width$}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
-    };
-    let _ = writeln!(text, "{}", line(header.to_vec()));
-    for row in &rows {
-        let _ = writeln!(text, "{}", line(row.iter().map(String::as_str).collect()));
-    }
+    let _ = write!(text, "{table}");
     let during: Vec<Duration> = delete_windows
         .iter()
         .map(|(start, end)| *end - *start)
@@ -607,7 +419,7 @@ fn report(
         "\ndelete answered in: {}",
         during
             .iter()
-            .map(|duration| format!("{} ms", millis(*duration)))
+            .map(|duration| format!("{} ms", millis_text(*duration)))
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -3,15 +3,16 @@
 //! it asserts nothing and prints numbers.
 //!
 //! ```text
-//! cargo run --release -p palisade-gateway --bin palisade-bench
+//! cargo build --release -p palisade-cli -p palisade-bench
+//! target/release/palisade-bench                 # --help for the flags
 //! ```
 //!
-//! It starts three replicas (`palisade-bench replica ...`, which runs
-//! exactly what `palisade gateway run` runs) with the `noop` compute
-//! driver, on free loopback ports, with their data in a temporary
-//! directory, so what it measures is the control plane: validation,
-//! forwarding, Raft (fsync'd log), apply, the executor's completion round.
-//! Then:
+//! It starts three replicas of the real `palisade` binary (`palisade
+//! gateway run`, through `palisade-testkit`; the `palisade` next to this
+//! binary, or `--palisade PATH`) with the `noop` compute driver, on free
+//! loopback ports, with their data in a temporary directory, so what it
+//! measures is the control plane: validation, forwarding, Raft (fsync'd
+//! log), apply, the executor's completion round. Then:
 //!
 //! 1. for each concurrency level (1, 16, 256 clients; each client its own
 //!    tonic client, the clients spread over the three replicas, so two
@@ -32,42 +33,29 @@
 //! failure. Numbers depend on the disk's fsync latency and on whatever
 //! else runs on the machine.
 
-use std::fmt::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use clap::{Parser, Subcommand};
+use anyhow::bail;
+use clap::Parser;
+use palisade_bench::{
+    LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
+    run_main, start_cluster, wait_ready,
+};
 use palisade_proto::v1;
-use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
+use palisade_testkit::LocalCluster;
+use palisade_testkit::probe::cluster_info;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
 /// Benchmark a three-replica Palisade cluster (noop driver) on loopback.
 #[derive(Debug, Parser)]
-#[command(name = "palisade-bench", about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<BenchCommand>,
-    #[command(flatten)]
-    run: RunArgs,
-}
-
-#[derive(Debug, Subcommand)]
-enum BenchCommand {
-    /// Internal: one replica, exactly as `palisade gateway run`.
-    #[command(hide = true)]
-    Replica(palisade_gateway::serve::RunArgs),
-}
-
-#[derive(Debug, clap::Args)]
-struct RunArgs {
+#[command(name = "palisade-bench", long_about = None)]
+struct Args {
     /// Concurrency levels (clients), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     clients: Vec<usize>,
@@ -81,6 +69,10 @@ struct RunArgs {
     /// Longest any one phase may run; what is done by then is reported.
     #[arg(long, default_value_t = 60)]
     phase_seconds: u64,
+    /// The `palisade` binary the replicas run (default: the one next to
+    /// this binary).
+    #[arg(long)]
+    palisade: Option<PathBuf>,
     /// Keep the temporary directory (replica logs) after the run.
     #[arg(long)]
     keep: bool,
@@ -90,211 +82,39 @@ struct RunArgs {
     replica_args: Vec<String>,
 }
 
-/// Replicas of the benchmark cluster.
-const REPLICAS: u64 = 3;
 /// Connections per replica that the clients share (HTTP/2 multiplexes).
 const CONNECTIONS_PER_REPLICA: usize = 4;
-/// Per-request deadline of the benchmark clients.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Per-attempt deadline of the writers timing a failover.
 const FAILOVER_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Writers creating sandboxes while a leader is killed.
 const FAILOVER_WRITERS: usize = 4;
-/// How long a leader election may take before the run gives up.
-const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn main() {
-    let cli = Cli::parse();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let result = runtime.block_on(async move {
-        match cli.command {
-            Some(BenchCommand::Replica(args)) => {
-                init_replica_tracing();
-                palisade_gateway::serve::run(args).await
-            }
-            None => run(cli.run).await,
-        }
-    });
-    runtime.shutdown_background();
-    if let Err(error) = result {
-        eprintln!("error: {error:#}");
-        std::process::exit(1);
-    }
+    run_main(run(Args::parse()));
 }
 
-/// A replica logs as `palisade gateway run` does: `PALISADE_LOG` filter,
-/// to stderr (which the benchmark points at the replica's log file).
-fn init_replica_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
+async fn run(args: Args) -> anyhow::Result<()> {
+    let palisade = palisade_binary(args.palisade.as_deref())?;
+    in_run_dir("palisade-bench", args.keep, |root| {
+        bench(&args, &palisade, root)
+    })
+    .await
 }
 
-/// One replica process; SIGKILLed when dropped.
-struct ReplicaProcess {
-    node_id: u64,
-    address: String,
-    data_dir: PathBuf,
-    initial_cluster: String,
-    extra_args: Vec<String>,
-    child: Option<Child>,
-}
-
-impl ReplicaProcess {
-    fn start(&mut self) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.data_dir)?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.data_dir.join("gateway.log"))?;
-        let child = Command::new(std::env::current_exe()?)
-            .arg("replica")
-            .args(["--node-id", &self.node_id.to_string()])
-            .args(["--listen", &self.address])
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--driver", "noop"])
-            .args(&self.extra_args)
-            .env(
-                "PALISADE_LOG",
-                std::env::var("PALISADE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("cannot start a replica")?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("http://{}", self.address)
-    }
-}
-
-impl Drop for ReplicaProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-async fn connect(uri: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(uri.to_string())?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(REQUEST_TIMEOUT)
-        .tcp_nodelay(true)
-        .connect()
-        .await?)
-}
-
-async fn cluster_info(uri: &str) -> Option<v1::ClusterInfo> {
-    let channel = connect(uri).await.ok()?;
-    ClusterAdminClient::new(channel)
-        .get_cluster_info(v1::GetClusterInfoRequest {})
-        .await
-        .ok()
-        .map(tonic::Response::into_inner)
-}
-
-/// Waits until every replica in `replicas` names the same leader, one of
-/// them, and applied what it committed.
-async fn wait_for_leader(replicas: &[&ReplicaProcess]) -> anyhow::Result<u64> {
-    let deadline = Instant::now() + LEADER_TIMEOUT;
-    loop {
-        let mut views = Vec::new();
-        for replica in replicas {
-            views.push(cluster_info(&replica.uri()).await);
-        }
-        let leaders: Vec<Option<u64>> = views
-            .iter()
-            .map(|view| view.as_ref().and_then(|info| info.leader_id))
-            .collect();
-        let commit = views
-            .iter()
-            .flatten()
-            .map(|info| info.commit_index)
-            .max()
-            .unwrap_or(0);
-        if let Some(Some(leader)) = leaders.first()
-            && leaders.iter().all(|known| *known == Some(*leader))
-            && replicas.iter().any(|replica| replica.node_id == *leader)
-            && views
-                .iter()
-                .flatten()
-                .all(|info| info.applied_index >= commit)
-        {
-            return Ok(*leader);
-        }
-        if Instant::now() >= deadline {
-            bail!("no leader within {LEADER_TIMEOUT:?}: {views:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let root = std::env::temp_dir().join(format!("palisade-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&root)?;
-    let result = bench(&args, &root).await;
-    if args.keep || result.is_err() {
-        eprintln!("replica data and logs kept in {}", root.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&root);
-    }
-    result
-}
-
-async fn bench(args: &RunArgs, root: &Path) -> anyhow::Result<()> {
-    let mut addresses = Vec::new();
-    for id in 1..=REPLICAS {
-        addresses.push((id, format!("127.0.0.1:{}", free_port()?)));
-    }
-    let initial_cluster = addresses
-        .iter()
-        .map(|(id, address)| format!("{id}={address}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut replicas: Vec<ReplicaProcess> = addresses
-        .iter()
-        .map(|(id, address)| ReplicaProcess {
-            node_id: *id,
-            address: address.clone(),
-            data_dir: root.join(format!("node-{id}")),
-            initial_cluster: initial_cluster.clone(),
-            extra_args: args.replica_args.clone(),
-            child: None,
-        })
-        .collect();
-    for replica in &mut replicas {
-        replica.start()?;
-    }
-    let leader = wait_for_leader(&replicas.iter().collect::<Vec<_>>()).await?;
+async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
+    let mut gateway_args = vec!["--driver".to_string(), "noop".to_string()];
+    gateway_args.extend(args.replica_args.iter().cloned());
+    let mut cluster = start_cluster(palisade, &root, gateway_args)?;
+    let leader = wait_ready(&cluster).await?;
     println!(
         "palisade-bench: {REPLICAS} replicas (noop driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",
         root.display()
     );
 
     let mut channels = Vec::new();
-    for replica in &replicas {
+    for uri in cluster.all_uris() {
         for _ in 0..CONNECTIONS_PER_REPLICA {
-            channels.push(connect(&replica.uri()).await?);
+            channels.push(connect(&uri).await?);
         }
     }
     let phase_limit = Duration::from_secs(args.phase_seconds);
@@ -310,7 +130,7 @@ async fn bench(args: &RunArgs, root: &Path) -> anyhow::Result<()> {
 
     let mut trials = Vec::new();
     for trial in 1..=args.failover_trials {
-        let timing = failover_trial(&mut replicas, trial).await?;
+        let timing = failover_trial(&mut cluster, trial).await?;
         println!(
             "failover {trial}: killed leader node {}; new leader elected after {} ms, next acknowledged create after {} ms",
             timing.killed,
@@ -344,38 +164,26 @@ struct Row {
     first_error: Option<String>,
 }
 
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64) * fraction).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn print_table(rows: &[Row]) {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<8} {:>7} {:>7} {:>6} {:>10} {:>9} {:>9}",
-        "op", "clients", "ok", "errors", "ops/s", "p50 ms", "p99 ms"
+    let mut table = Table::new(
+        &["op", "clients", "ok", "errors", "ops/s", "p50 ms", "p99 ms"],
+        1,
     );
     for row in rows {
         let mut sorted = row.latencies.clone();
         sorted.sort();
         let throughput = row.ok as f64 / row.elapsed.as_secs_f64().max(1e-9);
-        let _ = writeln!(
-            out,
-            "{:<8} {:>7} {:>7} {:>6} {:>10.0} {:>9.1} {:>9.1}",
-            row.operation,
-            row.clients,
-            row.ok,
-            row.errors,
-            throughput,
-            percentile(&sorted, 0.50).as_secs_f64() * 1e3,
-            percentile(&sorted, 0.99).as_secs_f64() * 1e3,
-        );
+        table.row(vec![
+            row.operation.to_string(),
+            row.clients.to_string(),
+            row.ok.to_string(),
+            row.errors.to_string(),
+            format!("{throughput:.0}"),
+            format!("{:.1}", millis(percentile(&sorted, 0.50))),
+            format!("{:.1}", millis(percentile(&sorted, 0.99))),
+        ]);
     }
-    print!("{out}");
+    print!("{table}");
     for row in rows {
         if let Some(error) = &row.first_error {
             println!(
@@ -554,15 +362,16 @@ struct FailoverTiming {
 /// times the first acknowledged create sent after the kill; restarts the
 /// killed replica and waits until it caught up.
 async fn failover_trial(
-    replicas: &mut [ReplicaProcess],
+    cluster: &mut LocalCluster,
     trial: usize,
 ) -> anyhow::Result<FailoverTiming> {
-    let leader = wait_for_leader(&replicas.iter().collect::<Vec<_>>()).await?;
-    let survivors: Vec<String> = replicas
-        .iter()
-        .filter(|replica| replica.node_id != leader)
-        .map(ReplicaProcess::uri)
+    let leader = wait_ready(cluster).await?;
+    let survivor_ids: Vec<u64> = cluster
+        .node_ids()
+        .into_iter()
+        .filter(|id| *id != leader)
         .collect();
+    let survivors = cluster.uris(&survivor_ids);
     let running = Arc::new(AtomicBool::new(true));
     let killed_at: Arc<std::sync::OnceLock<Instant>> = Arc::default();
     let mut writers = JoinSet::new();
@@ -604,22 +413,15 @@ async fn failover_trial(
     }
     // Let the writers get going, then kill the leader.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let victim = replicas
-        .iter_mut()
-        .find(|replica| replica.node_id == leader)
-        .expect("the leader is one of the replicas");
     let killed = Instant::now();
     let _ = killed_at.set(killed);
-    victim.kill();
-    let survivors_ref: Vec<&ReplicaProcess> = replicas
-        .iter()
-        .filter(|replica| replica.node_id != leader)
-        .collect();
+    // SIGKILL, reaped before this returns.
+    cluster.replica_mut(leader).kill();
     let mut elected = None;
     let deadline = killed + LEADER_TIMEOUT;
     while elected.is_none() && Instant::now() < deadline {
-        for replica in &survivors_ref {
-            if let Some(info) = cluster_info(&replica.uri()).await
+        for uri in &survivors {
+            if let Some(info) = cluster_info(uri).await
                 && info.leader_id.is_some_and(|new| new != leader)
             {
                 elected = Some(killed.elapsed());
@@ -647,12 +449,8 @@ async fn failover_trial(
     let (Some(elected), Some(first_write)) = (elected, first_write) else {
         bail!("no new leader or no acknowledged write within {LEADER_TIMEOUT:?} of the kill");
     };
-    let victim = replicas
-        .iter_mut()
-        .find(|replica| replica.node_id == leader)
-        .expect("the leader is one of the replicas");
-    victim.start()?;
-    wait_for_leader(&replicas.iter().collect::<Vec<_>>()).await?;
+    cluster.replica_mut(leader).start()?;
+    wait_ready(cluster).await?;
     Ok(FailoverTiming {
         killed: leader,
         elected,

@@ -1,0 +1,181 @@
+//! What the two benchmark binaries (`src/bin/`) share: the `palisade`
+//! binary they run, their three-replica cluster on loopback (started
+//! through `palisade-testkit`, like every local cluster), its run
+//! directory, and how they print latencies.
+//!
+//! The benchmarks are not product binaries: nothing installs them, and
+//! `cargo test` builds none of this crate. See each binary's doc for how to
+//! run it.
+#![deny(missing_docs)]
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use palisade_testkit::{ClusterSpec, LocalCluster};
+use tonic::transport::Channel;
+
+/// Replicas of a benchmark cluster.
+pub const REPLICAS: u64 = 3;
+/// Per-request deadline of the benchmark clients.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a leader election may take before a run gives up.
+pub const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs a benchmark's `main`: a tokio runtime, and on failure the error on
+/// stderr and exit code 1.
+pub fn run_main(benchmark: impl Future<Output = anyhow::Result<()>>) {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let result = runtime.block_on(benchmark);
+    runtime.shutdown_background();
+    if let Err(error) = result {
+        eprintln!("error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The `palisade` binary the replicas run: `flag` (`--palisade PATH`), or
+/// else `palisade` next to the running benchmark (`target/release/`).
+pub fn palisade_binary(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let palisade = match flag {
+        Some(path) => path.to_path_buf(),
+        None => std::env::current_exe()
+            .context("cannot find the benchmark executable")?
+            .parent()
+            .context("the benchmark binary has no directory")?
+            .join("palisade"),
+    };
+    if !palisade.is_file() {
+        bail!(
+            "{} not found; build it: cargo build --release -p palisade-cli (or pass --palisade PATH)",
+            palisade.display()
+        );
+    }
+    Ok(palisade)
+}
+
+/// `PALISADE_LOG` of the replicas: `PALISADE_BENCH_LOG`, `warn` by default.
+pub fn replica_log_filter() -> String {
+    std::env::var("PALISADE_BENCH_LOG").unwrap_or_else(|_| "warn".into())
+}
+
+/// Runs `benchmark` with a fresh directory `$TMPDIR/NAME-PID` for the
+/// cluster; removes it afterwards, unless `keep` or the run failed (then it
+/// says where it is).
+pub async fn in_run_dir<T, F, Fut>(name: &str, keep: bool, benchmark: F) -> anyhow::Result<T>
+where
+    F: FnOnce(PathBuf) -> Fut,
+    Fut: Future<Output = anyhow::Result<T>>,
+{
+    let root = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let result = benchmark(root.clone()).await;
+    if keep || result.is_err() {
+        eprintln!("replica data and logs kept in {}", root.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    result
+}
+
+/// Starts [`REPLICAS`] replicas of `palisade` (`gateway run` with
+/// `gateway_args`) on free loopback ports, data under `root` (`node-N/`,
+/// log `node-N/gateway.log`; driver directory `executions/`). Dropping the
+/// cluster SIGKILLs the replicas and every sandbox process they started.
+pub fn start_cluster(
+    palisade: &Path,
+    root: &Path,
+    gateway_args: Vec<String>,
+) -> anyhow::Result<LocalCluster> {
+    let mut spec = ClusterSpec::new(palisade, REPLICAS)
+        .gateway_args(gateway_args)
+        .log_filter(&replica_log_filter());
+    spec.root = Some(root.to_path_buf());
+    LocalCluster::start(spec).context("cannot start the replicas")
+}
+
+/// Waits until every replica names the same leader and applied what it had
+/// committed; returns the leader.
+pub async fn wait_ready(cluster: &LocalCluster) -> anyhow::Result<u64> {
+    let replicas = cluster.node_ids();
+    cluster.wait_caught_up(&replicas, LEADER_TIMEOUT).await?;
+    let (leader, _term) = cluster.wait_for_leader(&replicas, LEADER_TIMEOUT).await?;
+    Ok(leader)
+}
+
+/// A connection to one replica, with the [`REQUEST_TIMEOUT`] deadline.
+pub async fn connect(uri: &str) -> anyhow::Result<Channel> {
+    palisade_testkit::probe::channel(uri, REQUEST_TIMEOUT)
+        .await
+        .with_context(|| format!("cannot connect to {uri}"))
+}
+
+/// The nearest-rank percentile (`fraction` 0.5 for p50) of sorted
+/// latencies; zero if there are none.
+pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64) * fraction).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// A duration in milliseconds.
+pub fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// A text table: columns as wide as their widest cell, two spaces apart,
+/// the first few left-aligned (labels), the others right-aligned (numbers).
+#[derive(Debug)]
+pub struct Table {
+    header: Vec<String>,
+    left_aligned: usize,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column titles, the first `left_aligned` of them
+    /// left-aligned.
+    pub fn new(header: &[&str], left_aligned: usize) -> Self {
+        Table {
+            header: header.iter().map(|title| title.to_string()).collect(),
+            left_aligned,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (one cell per column).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut widths: Vec<usize> = self.header.iter().map(String::len).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.len());
+            }
+        }
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            let line = row
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(column, (cell, width))| {
+                    if column < self.left_aligned {
+                        format!("{cell:<width$}")
+                    } else {
+                        format!("{cell:>width$}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ");
+            writeln!(f, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+}
