@@ -37,15 +37,47 @@
 //!
 //! Every driver implements the same rule: where it keeps the highest fence and the
 //! tombstone, and why the check is atomic with the effect, is documented in the
-//! driver's own module.
+//! driver's own module. The rule, for implementers (the Docker driver included):
+//!
+//! 1. **A fence names its call.** `fence.sandbox_id` is the call's sandbox, and for
+//!    `launch` and `stop` `fence.generation` is the call's generation; a fence that
+//!    names something else is a caller bug, refused with [`DriverError::Rejected`].
+//! 2. **Check, record and act as one step.** Per sandbox, the driver keeps the
+//!    highest fence admitted so far where its effects live (the process driver: a
+//!    file beside the executions, under a lock every replica of the host takes). A
+//!    call reads it, refuses a fence that is not [`Fence::admits_after`] it
+//!    ([`DriverError::Fenced`], nothing done), records a higher one durably, and
+//!    takes the step that decides its effect, all without letting another call of
+//!    the same sandbox in between: `launch` claims the generation and checks the
+//!    tombstone, `stop` marks the execution stopping, `remove` writes the tombstone.
+//!    What follows that step (waiting for a process, signalling it after a grace)
+//!    only carries out what was decided, and no later fence can undo it: nothing
+//!    clears a stop or a tombstone, and a generation is never launched twice.
+//! 3. **Fenced means no effect.** A driver answers `Fenced` only when the call itself
+//!    changed nothing; when it cannot tell, it answers `Uncertain`, and a repeated
+//!    call (all calls are idempotent) answers `Fenced` once nothing is left to tell.
+//! 4. **Tombstones.** `remove` writes the tombstone durably before it stops anything,
+//!    keeps it (and the highest fence) after the executions are gone, and refuses
+//!    every later `launch` of the sandbox, whatever its fence. A tombstone is
+//!    collected only after a long retention, documented by the driver (the process
+//!    driver: 7 days by default); a launch older than that is no longer refused.
+//!    `list` does not report what a tombstone left behind, only executions that run.
+//! 5. **Know where you are.** A driver has an [`identity`](ComputeDriver::identity)
+//!    and records it with every execution it starts. An execution recorded under
+//!    another identity is out of sight: `inspect`, `stop` and `remove` answer
+//!    `Uncertain` for it, never `Absent` or success, and `list` leaves it out.
+//! 6. **A lost launcher is uncertain.** When whatever starts the execution dies
+//!    abnormally (killed by a signal, a timeout), the launch is `Uncertain`, resolved
+//!    by observation, never `Rejected`: the execution may have started.
 //!
 //! # Layout
 //!
 //! - this module: the [`ComputeDriver`] trait and the types it speaks.
 //! - [`process`]: the embedded default driver, one shim process per execution
 //!   (containerd-shim pattern), Linux only.
-//! - [`noop`]: runs nothing and keeps no state; for benchmarks and tests of the
-//!   control plane (`palisade gateway run --driver noop`).
+//! - [`noop`]: runs nothing; keeps only fences and tombstones, in memory; for
+//!   benchmarks and tests of the control plane (`palisade gateway run --driver noop`).
+//! - [`fault`]: wraps another driver and injects faults by a seeded plan.
 //!
 //! The trait returns boxed futures ([`futures::future::BoxFuture`]) rather than using
 //! `async fn`, so it stays object safe (`Arc<dyn ComputeDriver>`) without the
@@ -107,6 +139,9 @@ pub enum ExecutionIdentity {
         start_time: u64,
         /// `/proc/sys/kernel/random/boot_id` of the boot the shim ran in.
         boot_id: String,
+        /// The [identity](ComputeDriver::identity) of the driver directory the
+        /// execution was recorded in.
+        driver_id: String,
     },
     /// Drivers whose authority names executions with one string (a container id, a
     /// pod uid, a test driver's counter).
