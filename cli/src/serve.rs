@@ -175,7 +175,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let driver: Arc<dyn ComputeDriver> = match args.driver {
-        DriverKind::Noop => Arc::new(NoopDriver),
+        DriverKind::Noop => Arc::new(NoopDriver::new()),
         DriverKind::Process | DriverKind::Fault => {
             let driver_dir = match &args.driver_dir {
                 Some(dir) => dir.clone(),
@@ -190,8 +190,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             std::fs::create_dir_all(&driver_dir).with_context(|| {
                 format!("cannot create driver directory {}", driver_dir.display())
             })?;
-            let process: Arc<dyn ComputeDriver> =
-                Arc::new(ProcessDriver::new(driver_dir, shim_program));
+            let process: Arc<dyn ComputeDriver> = Arc::new(
+                ProcessDriver::new(driver_dir.clone(), shim_program).with_context(|| {
+                    format!(
+                        "cannot open the process driver's directory {}",
+                        driver_dir.display()
+                    )
+                })?,
+            );
             if args.driver == DriverKind::Fault {
                 let plan = args.fault_plan.clone().unwrap_or_default();
                 Arc::new(palisade_driver::fault::FaultDriver::new(process, plan))

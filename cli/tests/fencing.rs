@@ -28,8 +28,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 const QUIET_PERIOD: Duration = Duration::from_secs(5);
 
 fn gated_cluster(gate_dir: &Path) -> Cluster {
-    let mut spec =
-        ClusterSpec::new(palisade(), 3).gateway_args(with_default_stop_grace(&[]));
+    let mut spec = ClusterSpec::new(palisade(), 3).gateway_args(with_default_stop_grace(&[]));
     spec.env
         .push((GATE_DIR_ENV.to_string(), gate_dir.display().to_string()));
     Cluster::start_spec(spec)
@@ -110,7 +109,9 @@ async fn a_paused_leaders_held_launch_starts_nothing_after_the_delete() {
         async move {
             cli_async(
                 &endpoints,
-                &["-o", "json", "sandbox", "create", "x", "--", "sleep", MARKER],
+                &[
+                    "-o", "json", "sandbox", "create", "x", "--", "sleep", MARKER,
+                ],
             )
             .await
         }
@@ -163,7 +164,9 @@ async fn an_old_terms_held_launch_starts_nothing_after_the_delete() {
         async move {
             cli_async(
                 &endpoints,
-                &["-o", "json", "sandbox", "create", "y", "--", "sleep", MARKER],
+                &[
+                    "-o", "json", "sandbox", "create", "y", "--", "sleep", MARKER,
+                ],
             )
             .await
         }
@@ -209,8 +212,8 @@ async fn launch_behind_the_back(
     marker: &str,
 ) {
     use palisade_driver::{ComputeDriver, Fence, LaunchSpec};
-    let driver =
-        palisade_driver::process::ProcessDriver::new(driver_dir.to_path_buf(), palisade());
+    let driver = palisade_driver::process::ProcessDriver::new(driver_dir.to_path_buf(), palisade())
+        .expect("the process driver of the cluster's directory");
     let spec = LaunchSpec {
         sandbox_id: sandbox_id.to_string(),
         generation,
@@ -250,8 +253,11 @@ async fn the_reconciler_reaps_orphans_after_their_grace_period_and_lists_them_fi
     let (leader, _) = cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
     // A real sandbox, READY at generation 1: left alone.
-    let kept = cli_json_async(&endpoints, &["sandbox", "create", "kept", "--", "sleep", MARKER])
-        .await;
+    let kept = cli_json_async(
+        &endpoints,
+        &["sandbox", "create", "kept", "--", "sleep", MARKER],
+    )
+    .await;
     let kept_id = kept["id"].as_str().expect("an id").to_string();
     let status = cli_json_async(&endpoints, &["cluster", "status"]).await;
     let cluster_id = status["replicas"][0]["cluster_id"]
@@ -288,7 +294,10 @@ async fn the_reconciler_reaps_orphans_after_their_grace_period_and_lists_them_fi
         .iter()
         .map(|orphan| {
             (
-                orphan["sandbox_id"].as_str().unwrap_or_default().to_string(),
+                orphan["sandbox_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
                 orphan["generation"].as_u64().unwrap_or_default(),
                 orphan["reason"].as_str().unwrap_or_default().to_string(),
                 orphan["action"].as_str().unwrap_or_default().to_string(),

@@ -304,19 +304,19 @@ impl Executor {
                 Vec::new()
             } else {
                 self.state.read(|applied| {
-                let Some(cluster) = &applied.state.cluster else {
-                    // No identity yet (ensure_cluster_identity failed or is
-                    // not applied): nothing can carry a fence.
-                    return Vec::new();
-                };
-                applied
-                    .state
-                    .sandboxes
-                    .values()
-                    .filter_map(|sandbox| {
-                        Work::for_sandbox(sandbox, &cluster.cluster_id, observe_due)
-                    })
-                    .collect()
+                    let Some(cluster) = &applied.state.cluster else {
+                        // No identity yet (ensure_cluster_identity failed or is
+                        // not applied): nothing can carry a fence.
+                        return Vec::new();
+                    };
+                    applied
+                        .state
+                        .sandboxes
+                        .values()
+                        .filter_map(|sandbox| {
+                            Work::for_sandbox(sandbox, &cluster.cluster_id, observe_due)
+                        })
+                        .collect()
                 })
             };
             observe_due = false;
@@ -515,7 +515,7 @@ impl Executor {
             .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
             .await
             .map_err(|error| format!("cannot confirm the read: {error}"))?;
-        let read_index = read.map_or(0, |log_id| log_id.index());
+        let read_index = read.log_id().index;
         self.raft
             .wait(Some(self.config.driver_call_timeout))
             .applied_index_at_least(Some(read_index), "the reconciler's read is applied")

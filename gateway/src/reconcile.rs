@@ -215,11 +215,7 @@ mod tests {
             running("current", 1), // the current generation
             running("current", 3), // another generation of a live sandbox
             running("deleted", 2), // no such sandbox
-            (
-                "exited".to_string(),
-                1,
-                ExecutionStatus::Exited { code: 0 },
-            ),
+            ("exited".to_string(), 1, ExecutionStatus::Exited { code: 0 }),
         ];
         let resource_version = log.state.sandboxes["current"].resource_version;
         assert_eq!(

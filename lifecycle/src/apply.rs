@@ -279,9 +279,7 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             generation,
             exit_code,
         } => complete_stop(state, position, sandbox_id, *of, *generation, *exit_code),
-        Command::CompleteDelete { sandbox_id, of } => {
-            complete_delete(state, sandbox_id, *of)
-        }
+        Command::CompleteDelete { sandbox_id, of } => complete_delete(state, sandbox_id, *of),
         Command::ObserveExit {
             sandbox_id,
             of,
@@ -969,12 +967,7 @@ fn complete_stop(
     let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
         return ignored;
     };
-    if !completes_pending(
-        sandbox,
-        of,
-        &[OperationKind::Stop],
-        Some(generation),
-    ) {
+    if !completes_pending(sandbox, of, &[OperationKind::Stop], Some(generation)) {
         return ignored;
     }
     sandbox.phase = SandboxPhase::Stopped;

@@ -313,7 +313,8 @@ impl Command {
                     *of = CompletionOf::pending(sandbox, term);
                 }
             }
-            Command::ObserveExit { sandbox_id, of, .. } | Command::ObserveLost { sandbox_id, of, .. } => {
+            Command::ObserveExit { sandbox_id, of, .. }
+            | Command::ObserveLost { sandbox_id, of, .. } => {
                 if *of == CompletionOf::UNBOUND
                     && let Some(sandbox) = state.sandboxes.get(sandbox_id.as_str())
                 {

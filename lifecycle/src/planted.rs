@@ -29,4 +29,3 @@ pub fn skip_expected_id_check() -> bool {
         false
     }
 }
-

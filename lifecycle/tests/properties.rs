@@ -153,8 +153,10 @@ fn command() -> impl Strategy<Value = Command> {
             generation,
             exit_code: None
         }),
-        id.clone()
-            .prop_map(|id| Command::CompleteDelete { sandbox_id: id, of: CompletionOf::UNBOUND }),
+        id.clone().prop_map(|id| Command::CompleteDelete {
+            sandbox_id: id,
+            of: CompletionOf::UNBOUND
+        }),
         (id, generation, 0..3i32).prop_map(|(id, generation, code)| Command::ObserveExit {
             sandbox_id: id,
             of: CompletionOf::UNBOUND,

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use palisade_lifecycle::{
     Command, CompletionOf, ExecutionRef, LaunchResult, OperationKind, RequestMeta, RestartPolicy,
-    SandboxPhase,
-    SandboxSpec, SandboxTarget, State,
+    SandboxPhase, SandboxSpec, SandboxTarget, State,
 };
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;

@@ -56,7 +56,9 @@ impl FaultPoints for FileGate {
                 .write(true)
                 .create_new(true)
                 .open(&held)
-                .and_then(|mut file| std::io::Write::write_all(&mut file, node.to_string().as_bytes()));
+                .and_then(|mut file| {
+                    std::io::Write::write_all(&mut file, node.to_string().as_bytes())
+                });
             if claimed.is_err() {
                 return;
             }

@@ -672,13 +672,24 @@ async fn cluster_reconcile(
                 })
                 .collect();
             print_table(
-                &["SANDBOX", "GENERATION", "REASON", "ACTION", "SEEN FOR", "OUTCOME"],
+                &[
+                    "SANDBOX",
+                    "GENERATION",
+                    "REASON",
+                    "ACTION",
+                    "SEEN FOR",
+                    "OUTCOME",
+                ],
                 &rows,
             );
             println!(
                 "{} orphan(s){} — leader {}; found {} and reaped {} since it started",
                 report.orphans.len(),
-                if report.dry_run { " (dry run: nothing changed)" } else { "" },
+                if report.dry_run {
+                    " (dry run: nothing changed)"
+                } else {
+                    ""
+                },
                 report.leader_id,
                 report.orphans_found_total,
                 report.orphans_reaped_total
