@@ -97,6 +97,16 @@ pub enum PointAction {
         /// Longest wait for the sandbox to go.
         wait_max: Duration,
     },
+    /// Freeze the replica (its thread blocked, as SIGSTOP would) with the
+    /// task held, wait for another leader, delete the operation's sandbox
+    /// through it, then let the task go on and thaw the replica: the held
+    /// effect reaches the driver after the delete was acknowledged, past
+    /// every check its own replica made — only the driver's fence and
+    /// tombstone stop it.
+    Stall {
+        /// Longest wait for a new leader and for the sandbox to go.
+        wait_max: Duration,
+    },
 }
 
 impl PointAction {
@@ -106,6 +116,7 @@ impl PointAction {
             PointAction::Transfer { .. } => "transfer",
             PointAction::Crash => "crash",
             PointAction::PingPong { .. } => "ping-pong",
+            PointAction::Stall { .. } => "stall",
         }
     }
 }

@@ -372,8 +372,14 @@ impl Executor {
         // are released as they drop). An effect already inside the driver may
         // still land; the driver's fence refuses it once a newer leader
         // acted, and its completion is fenced by the term.
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+        // Planted bug (b), test-only: without its term fence the executor
+        // lets its old term's tasks run on (see `crate::planted`).
+        if crate::planted::skip_term_fence() {
+            tasks.detach_all();
+        } else {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
         if let Some(round) = reconciling {
             round.abort();
         }
