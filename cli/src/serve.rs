@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 
 use palisade_driver::ComputeDriver;
 use palisade_driver::noop::NoopDriver;
-use palisade_driver::process::ProcessDriver;
+use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_gateway::executor::ExecutorConfig;
 use palisade_gateway::node::{NodeConfig, RaftTiming};
 use palisade_gateway::replica::ReplicaTimeouts;
@@ -81,6 +81,11 @@ pub struct RunArgs {
     /// stale generation) before the reconciler stops and removes it.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub orphan_grace_seconds: u64,
+    /// Hours the process driver keeps a removed sandbox's tombstone (and
+    /// highest fence): until then any late launch of it is refused. Keep it
+    /// far longer than an operation can stay pending.
+    #[arg(long, default_value_t = 168, value_parser = clap::value_parser!(u64).range(1..=24 * 365))]
+    pub tombstone_retention_hours: u64,
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 10)]
     pub drain_seconds: u64,
@@ -191,12 +196,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 format!("cannot create driver directory {}", driver_dir.display())
             })?;
             let process: Arc<dyn ComputeDriver> = Arc::new(
-                ProcessDriver::new(driver_dir.clone(), shim_program).with_context(|| {
-                    format!(
-                        "cannot open the process driver's directory {}",
-                        driver_dir.display()
-                    )
-                })?,
+                ProcessDriver::new(driver_dir.clone(), shim_program)
+                    .with_context(|| {
+                        format!(
+                            "cannot open the process driver's directory {}",
+                            driver_dir.display()
+                        )
+                    })?
+                    .with_timeouts(ProcessDriverTimeouts {
+                        tombstone_retention: Duration::from_secs(
+                            args.tombstone_retention_hours * 3600,
+                        ),
+                        ..ProcessDriverTimeouts::default()
+                    }),
             );
             if args.driver == DriverKind::Fault {
                 let plan = args.fault_plan.clone().unwrap_or_default();

@@ -346,6 +346,10 @@ impl ComputeDriver for FaultDriver {
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
         self.inner.list()
     }
+
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        self.inner.collect_tombstones()
+    }
 }
 
 #[cfg(test)]

@@ -327,4 +327,12 @@ pub trait ComputeDriver: Send + Sync + 'static {
     /// Everything the driver manages, as (sandbox id, generation, status), sorted by
     /// sandbox id then generation, so orphans can be found.
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>>;
+
+    /// Deletes tombstones (and fences) of removed sandboxes older than the
+    /// driver's retention; returns how many went. The leader's reconciler
+    /// calls it every round. A driver whose tombstones need no collection
+    /// keeps this default.
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        Box::pin(async { Ok(0) })
+    }
 }

@@ -585,6 +585,11 @@ impl Executor {
         if dry_run {
             return Ok(report);
         }
+        match self.bounded(self.driver.collect_tombstones()).await {
+            Ok(0) => {}
+            Ok(collected) => info!(collected, "tombstones past their retention collected"),
+            Err(error) => debug!(%error, "tombstones not collected this round"),
+        }
         let mut reaped_now = 0;
         for seen in report
             .orphans

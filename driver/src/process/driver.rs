@@ -706,6 +706,10 @@ impl ComputeDriver for ProcessDriver {
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
         Box::pin(self.list_executions())
     }
+
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        Box::pin(ProcessDriver::collect_tombstones(self))
+    }
 }
 
 // ---------------------------------------------------------------------------------
