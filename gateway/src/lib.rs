@@ -65,7 +65,9 @@
 //!   validation at the edge.
 //! - [`admin`]: `palisade.v1.ClusterAdmin`: cluster view and membership.
 //! - [`executor`]: turns committed operations into driver calls, fenced by
-//!   term.
+//!   term and by the driver's fence; runs the orphan reconciler.
+//! - [`reconcile`]: the reconciler's pure plan: which executions the state
+//!   does not account for, and what reaping each means.
 //! - [`projection`]: the optional PostgreSQL read projection
 //!   (`--postgres-url`).
 //! - [`errors`]: statuses with `google.rpc.ErrorInfo` reasons.
@@ -82,6 +84,7 @@ pub mod executor;
 pub mod node;
 pub mod planted;
 pub mod projection;
+pub mod reconcile;
 pub mod replica;
 pub mod service;
 pub mod token;

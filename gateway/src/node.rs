@@ -370,7 +370,10 @@ pub async fn run_with_hooks(
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(gate.guard(PalisadeServer::new(service)))
-        .add_service(ClusterAdminServer::new(AdminService::new(replica.clone())))
+        .add_service(ClusterAdminServer::new(AdminService::new(
+            replica.clone(),
+            executor.clone(),
+        )))
         .add_service(PeerService::new(raft.clone()).into_server())
         // TCP_NODELAY on every accepted connection: without it a small
         // answer (a read, a Raft append acknowledgement) waits for the

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::command::{Command, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+use crate::command::{
+    Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
+};
 use crate::limits::{
     OPERATION_WAITERS_MAX, RECEIPTS_COUNT_MAX, RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX,
     STATUS_MESSAGE_LENGTH_MAX, WORKSPACES_COUNT_MAX,
@@ -267,24 +269,35 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
         ),
         Command::CompleteLaunch {
             sandbox_id,
+            of,
             generation,
             result,
-        } => complete_launch(state, position, sandbox_id, *generation, result),
+        } => complete_launch(state, position, sandbox_id, *of, *generation, result),
         Command::CompleteStop {
             sandbox_id,
+            of,
             generation,
             exit_code,
-        } => complete_stop(state, position, sandbox_id, *generation, *exit_code),
-        Command::CompleteDelete { sandbox_id } => complete_delete(state, sandbox_id),
+        } => complete_stop(state, position, sandbox_id, *of, *generation, *exit_code),
+        Command::CompleteDelete { sandbox_id, of } => complete_delete(state, sandbox_id, *of),
         Command::ObserveExit {
             sandbox_id,
+            of,
             generation,
             exit_code,
-        } => observe_exit(state, position, sandbox_id, *generation, Some(*exit_code)),
+        } => observe_exit(
+            state,
+            position,
+            sandbox_id,
+            *of,
+            *generation,
+            Some(*exit_code),
+        ),
         Command::ObserveLost {
             sandbox_id,
+            of,
             generation,
-        } => observe_exit(state, position, sandbox_id, *generation, None),
+        } => observe_exit(state, position, sandbox_id, *of, *generation, None),
         Command::CreateSshSession {
             target,
             session_id,
@@ -311,12 +324,22 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
         Command::InitializeCluster {
             cluster_id,
             token_secret_hex,
+            driver_identity,
         } => {
             if state.cluster.is_none() {
                 state.cluster = Some(ClusterIdentity {
                     cluster_id: cluster_id.clone(),
                     token_secret_hex: token_secret_hex.clone(),
+                    driver_identity: driver_identity.clone(),
                 });
+            }
+            Ok(Outcome::Housekeeping)
+        }
+        Command::AdoptDriverIdentity { driver_identity } => {
+            if let Some(cluster) = &mut state.cluster
+                && cluster.driver_identity.is_empty()
+            {
+                cluster.driver_identity = driver_identity.clone();
             }
             Ok(Outcome::Housekeeping)
         }
@@ -872,17 +895,28 @@ fn begin_delete(
     response
 }
 
-fn operation_matches(sandbox: &Sandbox, kinds: &[OperationKind], generation: u64) -> bool {
-    sandbox
-        .operation
-        .as_ref()
-        .is_some_and(|op| kinds.contains(&op.kind) && op.generation == generation)
+/// Whether a completion proposed as `of` completes the sandbox's pending
+/// operation: one of `kinds`, for `generation`, begun at
+/// `of.operation_index` — not merely an operation of the same kind (a stop
+/// that ended and a new stop of the same generation are two operations).
+fn completes_pending(
+    sandbox: &Sandbox,
+    of: CompletionOf,
+    kinds: &[OperationKind],
+    generation: Option<u64>,
+) -> bool {
+    sandbox.operation.as_ref().is_some_and(|op| {
+        kinds.contains(&op.kind)
+            && generation.is_none_or(|generation| op.generation == generation)
+            && op.begun_at_index == of.operation_index
+    })
 }
 
 fn complete_launch(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     result: &LaunchResult,
 ) -> Response {
@@ -892,10 +926,11 @@ fn complete_launch(
     let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
         return ignored;
     };
-    if !operation_matches(
+    if !completes_pending(
         sandbox,
+        of,
         &[OperationKind::Create, OperationKind::Start],
-        generation,
+        Some(generation),
     ) {
         return ignored;
     }
@@ -922,6 +957,7 @@ fn complete_stop(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     exit_code: Option<i32>,
 ) -> Response {
@@ -931,7 +967,7 @@ fn complete_stop(
     let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
         return ignored;
     };
-    if !operation_matches(sandbox, &[OperationKind::Stop], generation) {
+    if !completes_pending(sandbox, of, &[OperationKind::Stop], Some(generation)) {
         return ignored;
     }
     sandbox.phase = SandboxPhase::Stopped;
@@ -943,18 +979,14 @@ fn complete_stop(
     })
 }
 
-fn complete_delete(state: &mut State, sandbox_id: &str) -> Response {
+fn complete_delete(state: &mut State, sandbox_id: &str, of: CompletionOf) -> Response {
     let ignored = Ok(Outcome::Ignored {
         sandbox_id: sandbox_id.into(),
     });
     let Some(sandbox) = state.sandboxes.get(sandbox_id) else {
         return ignored;
     };
-    if !sandbox
-        .operation
-        .as_ref()
-        .is_some_and(|op| op.kind == OperationKind::Delete)
-    {
+    if !completes_pending(sandbox, of, &[OperationKind::Delete], None) {
         return ignored;
     }
     // One step removes the sandbox, its name and every owned record, however
@@ -999,6 +1031,7 @@ fn observe_exit(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     exit_code: Option<i32>,
 ) -> Response {
@@ -1009,8 +1042,12 @@ fn observe_exit(
         return ignored;
     };
     // Only an execution that runs undisturbed can "exit on its own"; an exit
-    // during a stop or delete is that operation's business.
-    if sandbox.phase != SandboxPhase::Ready || sandbox.execution.generation != generation {
+    // during a stop or delete is that operation's business. An observation
+    // made before the sandbox last changed is about a state that is gone.
+    if sandbox.phase != SandboxPhase::Ready
+        || sandbox.execution.generation != generation
+        || sandbox.resource_version != of.operation_index
+    {
         return ignored;
     }
     sandbox.execution.exit_code = exit_code;

@@ -169,6 +169,15 @@ pub enum Command {
         cluster_id: String,
         /// Hex of a random 32-byte secret.
         token_secret_hex: String,
+        /// The proposing leader's compute driver identity.
+        #[serde(default)]
+        driver_identity: String,
+    },
+    /// Records the compute driver identity of a cluster initialized before
+    /// identities were recorded; ignored once one is recorded.
+    AdoptDriverIdentity {
+        /// The proposing leader's compute driver identity.
+        driver_identity: String,
     },
     /// The leader's clock, brought into the state: expires receipts older
     /// than the retention and SSH sessions past their expiry.
@@ -182,6 +191,9 @@ pub enum Command {
     CompleteLaunch {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was launched.
         generation: u64,
         /// Running or failed.
@@ -191,6 +203,9 @@ pub enum Command {
     CompleteStop {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was stopped.
         generation: u64,
         /// Its exit status, if the driver saw one.
@@ -201,12 +216,18 @@ pub enum Command {
     CompleteDelete {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
     },
     /// The driver lost `generation`: it no longer runs and left no exit
     /// status (its supervisor was killed, the host rebooted).
     ObserveLost {
         /// Sandbox id.
         sandbox_id: String,
+        /// The sandbox as it was observed, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was lost.
         generation: u64,
     },
@@ -214,6 +235,9 @@ pub enum Command {
     ObserveExit {
         /// Sandbox id.
         sandbox_id: String,
+        /// The sandbox as it was observed, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that exited.
         generation: u64,
         /// Its exit status.
@@ -221,7 +245,87 @@ pub enum Command {
     },
 }
 
+/// What a completion or an observation is bound to, so apply can refuse one
+/// that is not about the sandbox as it is now (DESIGN.md section 6:
+/// "completions carry the operation they complete; apply refuses any
+/// other").
+///
+/// - `operation_index`: for `Complete*`, the log index of the entry that
+///   began the pending operation (`Operation::begun_at_index`); for
+///   `Observe*`, the sandbox's `resource_version` when the execution was
+///   observed, so an observation made before the sandbox changed is ignored.
+/// - `term`: the term of the leader whose executor performed the effect and
+///   proposes this (the term of its driver fence). Recorded for the audit
+///   trail; the term fence itself is `write(..).with_leader(term)` and the
+///   driver's fence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionOf {
+    /// See the type's doc.
+    pub operation_index: u64,
+    /// See the type's doc.
+    pub term: u64,
+}
+
+impl CompletionOf {
+    /// Not bound to anything: what an entry written before completions were
+    /// bound decodes to. Apply ignores it (the executor then completes the
+    /// operation again, bound).
+    pub const UNBOUND: CompletionOf = CompletionOf {
+        operation_index: 0,
+        term: 0,
+    };
+
+    /// Binds a completion to `sandbox`'s pending operation (unbound if none),
+    /// proposed in `term`.
+    pub fn pending(sandbox: &crate::Sandbox, term: u64) -> CompletionOf {
+        CompletionOf {
+            operation_index: sandbox
+                .operation
+                .as_ref()
+                .map_or(0, |operation| operation.begun_at_index),
+            term,
+        }
+    }
+
+    /// Binds an observation to `sandbox` as it is now, proposed in `term`.
+    pub fn observed(sandbox: &crate::Sandbox, term: u64) -> CompletionOf {
+        CompletionOf {
+            operation_index: sandbox.resource_version,
+            term,
+        }
+    }
+}
+
 impl Command {
+    /// This command with an unbound completion or observation bound to its
+    /// sandbox in `state` as it is now ([`CompletionOf::pending`] /
+    /// [`CompletionOf::observed`]), proposed in `term`; any other command as
+    /// it is. For scripted tests and tools that play the executor's part;
+    /// the executor itself binds to the state it read *before* the effect.
+    pub fn bound_to(mut self, state: &crate::State, term: u64) -> Command {
+        match &mut self {
+            Command::CompleteLaunch { sandbox_id, of, .. }
+            | Command::CompleteStop { sandbox_id, of, .. }
+            | Command::CompleteDelete { sandbox_id, of } => {
+                if *of == CompletionOf::UNBOUND
+                    && let Some(sandbox) = state.sandboxes.get(sandbox_id.as_str())
+                {
+                    *of = CompletionOf::pending(sandbox, term);
+                }
+            }
+            Command::ObserveExit { sandbox_id, of, .. }
+            | Command::ObserveLost { sandbox_id, of, .. } => {
+                if *of == CompletionOf::UNBOUND
+                    && let Some(sandbox) = state.sandboxes.get(sandbox_id.as_str())
+                {
+                    *of = CompletionOf::observed(sandbox, term);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -240,6 +344,7 @@ impl Command {
             Command::RevokeSshSession { .. } => "RevokeSshSession",
             Command::SetSandboxPolicy { .. } => "SetSandboxPolicy",
             Command::InitializeCluster { .. } => "InitializeCluster",
+            Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",
         }
     }

@@ -180,6 +180,12 @@ pub struct ClusterIdentity {
     pub cluster_id: String,
     /// Hex of the 32-byte token secret.
     pub token_secret_hex: String,
+    /// The identity of the compute driver's authority the cluster runs
+    /// executions on (`ComputeDriver::identity`): a leader whose driver has
+    /// another identity (another host's process driver) must not act on
+    /// them. Empty until a leader records it.
+    #[serde(default)]
+    pub driver_identity: String,
 }
 
 /// Which RPC a receipt belongs to; a request id is bound to one RPC.

@@ -57,7 +57,11 @@ impl Log {
         }
     }
 
+    /// Applies at the next index. Completions and observations written
+    /// unbound (`CompletionOf::UNBOUND`) are bound to the sandbox as it is
+    /// now, as the executor binds them to the state it read.
     fn apply(&mut self, command: Command) -> Response {
+        let command = command.bound_to(&self.state, 1);
         self.index += 1;
         let response = apply(
             &mut self.state,
@@ -96,6 +100,7 @@ fn create(id: &str, name: &str) -> Command {
 fn launched(id: &str, generation: u64) -> Command {
     Command::CompleteLaunch {
         sandbox_id: id.into(),
+        of: CompletionOf::UNBOUND,
         generation,
         result: LaunchResult::Running {
             handle: format!("pid={generation}"),
@@ -143,6 +148,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: Some(143),
     })
@@ -168,6 +174,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert!(log.state.sandboxes.is_empty());
@@ -225,6 +232,7 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "x")).unwrap();
@@ -266,11 +274,13 @@ fn stale_completions_are_ignored() {
     // An exit observed for a stopped generation changes nothing either.
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert_eq!(
         log.apply(Command::ObserveExit {
             sandbox_id: "a1".into(),
+            of: CompletionOf::UNBOUND,
             generation: 1,
             exit_code: 0
         })
@@ -282,12 +292,111 @@ fn stale_completions_are_ignored() {
 }
 
 #[test]
+fn completions_are_bound_to_the_operation_they_complete() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    let create_index = log.index;
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
+    let stop_index = log.index;
+    let stopped = |operation_index: u64| Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf {
+            operation_index,
+            term: 1,
+        },
+        generation: 1,
+        exit_code: None,
+    };
+    // Right kind and generation, but another operation (the create's):
+    // ignored. Only the stop that is pending can be completed.
+    assert_eq!(
+        log.apply(stopped(create_index)).unwrap(),
+        Outcome::Ignored {
+            sandbox_id: "a1".into()
+        }
+    );
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
+    assert_eq!(
+        log.apply(stopped(stop_index)).unwrap(),
+        Outcome::Completed {
+            sandbox_id: "a1".into()
+        }
+    );
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopped);
+
+    // A delete completion bound to no operation, or to another one, does
+    // not remove the sandbox.
+    log.apply(delete(by_name("demo"))).unwrap();
+    let delete_index = log.index;
+    for of in [
+        CompletionOf {
+            operation_index: stop_index,
+            term: 1,
+        },
+        CompletionOf {
+            operation_index: delete_index + 1,
+            term: 1,
+        },
+    ] {
+        assert_eq!(
+            log.apply(Command::CompleteDelete {
+                sandbox_id: "a1".into(),
+                of,
+            })
+            .unwrap(),
+            Outcome::Ignored {
+                sandbox_id: "a1".into()
+            }
+        );
+    }
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
+}
+
+#[test]
+fn an_observation_of_a_sandbox_that_changed_since_is_ignored() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let observed = CompletionOf::observed(log.sandbox("a1"), 1);
+    // The sandbox changes after the executor read it (stopped and started
+    // again: generation 2 runs).
+    log.apply(stop(by_name("demo"))).unwrap();
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
+        generation: 1,
+        exit_code: None,
+    })
+    .unwrap();
+    log.apply(start(by_name("demo"))).unwrap();
+    log.apply(launched("a1", 2)).unwrap();
+    // A late "lost" observation made before all that is ignored, even if
+    // it names the current generation.
+    for generation in [1, 2] {
+        assert_eq!(
+            log.apply(Command::ObserveLost {
+                sandbox_id: "a1".into(),
+                of: observed,
+                generation,
+            })
+            .unwrap(),
+            Outcome::Ignored {
+                sandbox_id: "a1".into()
+            }
+        );
+    }
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Ready);
+}
+
+#[test]
 fn exits_complete_or_fail_the_running_execution() {
     let mut log = Log::new();
     log.apply(create("a1", "ok")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 0,
     })
@@ -298,6 +407,7 @@ fn exits_complete_or_fail_the_running_execution() {
     log.apply(launched("b1", 1)).unwrap();
     log.apply(Command::ObserveExit {
         sandbox_id: "b1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 3,
     })
@@ -317,6 +427,7 @@ fn failed_launch_is_an_error_with_a_message() {
     log.apply(create("a1", "demo")).unwrap();
     log.apply(Command::CompleteLaunch {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         result: LaunchResult::Failed {
             message: "no such program: nope".into(),
@@ -411,6 +522,7 @@ fn workspaces_delete_only_when_empty_and_default_is_protected() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(Command::DeleteWorkspace {
@@ -469,6 +581,7 @@ fn request_ids_replay_the_original_result_exactly_once() {
     ));
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: Some(143),
     })
@@ -510,6 +623,7 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
     log.apply(stop(by_name("demo"))).unwrap();
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: None,
     })
@@ -542,6 +656,7 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "demo")).unwrap();
@@ -563,6 +678,7 @@ fn expected_sandbox_id_guards_delete_by_name() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "x")).unwrap();
@@ -617,6 +733,7 @@ fn owned_records_go_with_their_sandbox_in_one_step() {
     // One entry removes the sandbox, its name, 5,000 sessions and the policy.
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert!(log.state.ssh_sessions.is_empty());
@@ -720,6 +837,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     let host = log.sandbox("a1").host_identity.clone();
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 1,
     })
@@ -735,6 +853,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     // A lost execution is replaced too.
     log.apply(Command::ObserveLost {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 2,
     })
     .unwrap();
@@ -743,6 +862,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     // A clean exit under OnFailure completes.
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 3,
         exit_code: 0,
     })
@@ -756,6 +876,7 @@ fn the_cluster_identity_is_chosen_once() {
     let init = |secret: &str| Command::InitializeCluster {
         cluster_id: "c".into(),
         token_secret_hex: secret.into(),
+        driver_identity: String::new(),
     };
     log.apply(init("aa")).unwrap();
     log.apply(init("bb")).unwrap();

@@ -548,7 +548,9 @@ async fn two_projectors_at_once_never_double_apply() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<()> {
-    use palisade_lifecycle::{Command, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget};
+    use palisade_lifecycle::{
+        Command, CompletionOf, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget,
+    };
     let harness = Harness::new(1).await?;
     let replica = &harness.replica;
     let request = |id: &str| RequestMeta {
@@ -569,8 +571,9 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
     });
     created?;
     replica
-        .commit(Command::CompleteLaunch {
+        .commit_bound(Command::CompleteLaunch {
             sandbox_id: "sandbox-1".into(),
+            of: CompletionOf::UNBOUND,
             generation: 1,
             result: LaunchResult::Running {
                 handle: "pid=1".into(),
@@ -612,8 +615,9 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
             request: request("delete"),
         })
         .1?;
-    let (deleted_at, _) = replica.commit(Command::CompleteDelete {
+    let (deleted_at, _) = replica.commit_bound(Command::CompleteDelete {
         sandbox_id: "sandbox-1".into(),
+        of: CompletionOf::UNBOUND,
     });
     projection.wait_for_index(deleted_at.index, WAIT).await?;
     assert_rows_equal(&projection, replica).await?;
