@@ -610,12 +610,26 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                     .collect();
                 println!("members: {}", members.join(", "));
             }
+            for info in views.iter().filter_map(|(_, view)| view.as_ref().ok()) {
+                if !info.executor_blocked.is_empty() {
+                    println!(
+                        "node {}: performs no effect: {}",
+                        info.node_id, info.executor_blocked
+                    );
+                }
+                if info.orphans_found > 0 {
+                    println!(
+                        "node {}: orphan executions found {}, reaped {} (palisade cluster reconcile --dry-run lists them)",
+                        info.node_id, info.orphans_found, info.orphans_reaped
+                    );
+                }
+            }
         }
     }
     Ok(())
 }
 
-/// Membership changes: sent to any replica, which forwards to the leader.
+/// Finds and reaps orphan executions (`cluster reconcile`), on the leader.
 async fn cluster_reconcile(
     client: &mut Client,
     output: Output,
@@ -699,6 +713,7 @@ async fn cluster_reconcile(
     Ok(())
 }
 
+/// Membership changes: sent to any replica, which forwards to the leader.
 async fn cluster_change(
     client: &mut Client,
     output: Output,
