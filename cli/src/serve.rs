@@ -70,8 +70,14 @@ pub struct RunArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
-    /// Hours a request id's result is kept for retries (at least 24).
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(24..=24 * 365))]
+    /// Hours a request id's result is kept for retries, counted on the
+    /// replicated clock from the request's settlement (24 to 720). A leader
+    /// writes it into the replicated configuration when it starts its term
+    /// (the latest leader configured differently wins).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(
+        (palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MIN / 3_600_000) as u64
+            ..=(palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MAX / 3_600_000) as u64
+    ))]
     pub receipt_retention_hours: u64,
     /// Seconds between the leader's rounds comparing the driver's
     /// executions with the state (the orphan reconciler).

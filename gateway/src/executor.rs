@@ -63,7 +63,10 @@ pub struct ExecutorConfig {
     /// How often the leader brings its clock into the state (expiring
     /// receipts and SSH sessions).
     pub tick_interval: Duration,
-    /// How long settled request receipts are kept (at least 24 h promised).
+    /// How long settled request receipts are kept, from their settlement.
+    /// Not applied directly: a leader whose value differs from the
+    /// replicated configuration proposes it at the start of its term
+    /// (`ConfigureReceiptRetention`), and apply clamps it to at least 24 h.
     pub receipt_retention: Duration,
     /// A driver call that has not answered by then counts as uncertain.
     pub driver_call_timeout: Duration,
@@ -293,6 +296,7 @@ impl Executor {
         // At most one reconciliation round at a time, aborted with the term.
         let mut reconciling: Option<tokio::task::JoinHandle<()>> = None;
         self.ensure_cluster_identity(term).await;
+        self.ensure_receipt_retention(term).await;
         loop {
             if *stop.borrow() || !self.still_leads(term) {
                 break;
@@ -403,7 +407,29 @@ impl Executor {
         let _ = self.complete(term, command).await;
     }
 
-    /// Brings this leader's clock into the state.
+    /// Writes this leader's receipt retention into the replicated
+    /// configuration if it differs (after apply's clamp) from what the state
+    /// holds. The retention is then the same on every replica and only
+    /// changes through the log: the latest leader configured differently
+    /// wins, never below 24 h.
+    async fn ensure_receipt_retention(&self, term: u64) {
+        let ours = i64::try_from(self.config.receipt_retention.as_millis()).unwrap_or(i64::MAX);
+        let clamped = ours.clamp(
+            palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MIN,
+            palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MAX,
+        );
+        if self
+            .state
+            .read(|applied| applied.state.receipt_retention_ms() == clamped)
+        {
+            return;
+        }
+        let command = Command::ConfigureReceiptRetention { retention_ms: ours };
+        let _ = self.complete(term, command).await;
+    }
+
+    /// Proposes this leader's wall clock; apply moves the replicated clock
+    /// towards it by a bounded step (`TICK_STEP_MS_MAX`), never back.
     async fn propose_tick(&self, term: u64) {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

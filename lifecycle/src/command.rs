@@ -34,7 +34,8 @@ pub struct RequestMeta {
     pub id: String,
     /// Digest of the request payload, computed at the API edge.
     pub payload_digest: String,
-    /// Proposer's clock.
+    /// Proposer's clock, for the audit trail only: apply stamps times from
+    /// the replicated clock ([`State::clock_ms`](crate::State::clock_ms)).
     pub time_ms: i64,
 }
 
@@ -73,7 +74,7 @@ pub enum Command {
         id: String,
         /// DNS-1123 label.
         name: String,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
     },
     /// Delete an empty workspace.
@@ -96,7 +97,7 @@ pub enum Command {
         labels: BTreeMap<String, String>,
         /// Annotations.
         annotations: BTreeMap<String, String>,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
         /// The persistent SSH host identity, chosen by the proposer.
         host_identity: String,
@@ -140,10 +141,16 @@ pub enum Command {
         session_id: String,
         /// Hex SHA-256 of the token (the token itself never enters the log).
         token_sha256: String,
-        /// When the session expires.
+        /// The proposer's estimate of the expiry, for the audit trail; apply
+        /// uses it only for entries written before `ttl_ms` existed
+        /// (`ttl_ms` 0).
         expires_at_ms: i64,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
+        /// How long the session lives: it expires at the replicated clock at
+        /// apply plus this.
+        #[serde(default)]
+        ttl_ms: i64,
     },
     /// Revoke one SSH session.
     RevokeSshSession {
@@ -160,7 +167,7 @@ pub enum Command {
         document: String,
         /// Only if the current version is this one (0: no policy yet).
         expected_version: Option<u64>,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
     },
     /// Record the cluster's identity (once; later ones are ignored).
@@ -179,13 +186,28 @@ pub enum Command {
         /// The proposing leader's compute driver identity.
         driver_identity: String,
     },
-    /// The leader's clock, brought into the state: expires receipts older
-    /// than the retention and SSH sessions past their expiry.
+    /// The leader's clock, brought into the state: moves the replicated
+    /// clock towards it (never back, by at most
+    /// [`TICK_STEP_MS_MAX`](crate::limits::TICK_STEP_MS_MAX)), then expires
+    /// settled receipts older than the retention and SSH sessions past their
+    /// expiry.
     Tick {
         /// Leader's clock.
         now_ms: i64,
-        /// How long settled receipts are kept.
+        /// The proposing leader's retention flag, for the audit trail only:
+        /// apply uses the replicated configuration
+        /// ([`State::receipt_retention_ms`](crate::State::receipt_retention_ms)).
+        #[serde(default)]
         receipt_retention_ms: i64,
+    },
+    /// Sets the replicated receipt retention, clamped at apply to
+    /// [`RECEIPT_RETENTION_MS_MIN`](crate::limits::RECEIPT_RETENTION_MS_MIN)..=
+    /// [`RECEIPT_RETENTION_MS_MAX`](crate::limits::RECEIPT_RETENTION_MS_MAX).
+    /// A leader proposes it when its configured retention differs from the
+    /// state's.
+    ConfigureReceiptRetention {
+        /// How long a settled receipt is kept, from its settlement.
+        retention_ms: i64,
     },
     /// The driver finished launching `generation`.
     CompleteLaunch {
@@ -346,6 +368,7 @@ impl Command {
             Command::InitializeCluster { .. } => "InitializeCluster",
             Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",
+            Command::ConfigureReceiptRetention { .. } => "ConfigureReceiptRetention",
         }
     }
 }

@@ -108,6 +108,7 @@ fn command() -> impl Strategy<Value = Command> {
             token_sha256: "0".repeat(64),
             expires_at_ms: i64::from(s) * 10,
             time_ms: 0,
+            ttl_ms: i64::from(s) * 10,
         }),
         (target(), 0..4u32).prop_map(|(target, s)| Command::RevokeSshSession {
             target,

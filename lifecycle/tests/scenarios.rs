@@ -13,7 +13,7 @@ fn fresh() -> RequestMeta {
     RequestMeta {
         id: format!("request-{id}"),
         payload_digest: format!("digest-{id}"),
-        time_ms: 1_000,
+        time_ms: EPOCH_MS,
     }
 }
 
@@ -91,7 +91,7 @@ fn create(id: &str, name: &str) -> Command {
         },
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
-        time_ms: 1_000,
+        time_ms: EPOCH_MS,
         host_identity: format!("host-{id}"),
         request: fresh(),
     }
@@ -697,15 +697,34 @@ fn expected_sandbox_id_guards_delete_by_name() {
     assert_eq!(log.sandbox("b1").phase, SandboxPhase::Provisioning);
 }
 
-fn session(name: &str, session_id: &str, expires_at_ms: i64) -> Command {
+/// An SSH session living `ttl_ms` on the replicated clock, proposed by a
+/// replica whose clock reads the epoch (its estimate of the expiry is for
+/// the audit trail only).
+fn session(name: &str, session_id: &str, ttl_ms: i64) -> Command {
     Command::CreateSshSession {
         target: by_name(name),
         session_id: session_id.into(),
         token_sha256: "0".repeat(64),
-        expires_at_ms,
-        time_ms: 0,
+        expires_at_ms: EPOCH_MS + ttl_ms,
+        time_ms: EPOCH_MS,
+        ttl_ms,
     }
 }
+
+/// A leader's tick at its wall clock `now_ms`, its local retention flag a
+/// day.
+fn tick(now_ms: i64) -> Command {
+    Command::Tick {
+        now_ms,
+        receipt_retention_ms: DAY_MS,
+    }
+}
+
+const MINUTE_MS: i64 = 60_000;
+const HOUR_MS: i64 = 60 * MINUTE_MS;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// A replicated clock epoch: 2026-01-01.
+const EPOCH_MS: i64 = 1_767_225_600_000;
 
 #[test]
 fn owned_records_go_with_their_sandbox_in_one_step() {
@@ -718,7 +737,7 @@ fn owned_records_go_with_their_sandbox_in_one_step() {
     );
     log.apply(launched("a1", 1)).unwrap();
     for at in 0..5_000 {
-        log.apply(session("demo", &format!("s{at}"), i64::MAX))
+        log.apply(session("demo", &format!("s{at}"), HOUR_MS))
             .unwrap();
     }
     log.apply(Command::SetSandboxPolicy {
@@ -745,7 +764,7 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
     let mut log = Log::new();
     log.apply(create("a1", "demo")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(session("demo", "s1", i64::MAX)).unwrap();
+    log.apply(session("demo", "s1", HOUR_MS)).unwrap();
     log.apply(Command::RevokeSshSession {
         target: by_name("demo"),
         session_id: "s1".into(),
@@ -758,7 +777,7 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         })),
         Reason::SessionNotFound
     );
-    log.apply(session("demo", "s2", i64::MAX)).unwrap();
+    log.apply(session("demo", "s2", HOUR_MS)).unwrap();
     log.apply(stop(by_name("demo"))).unwrap();
     assert!(log.state.ssh_sessions.is_empty(), "stop revokes sessions");
 
@@ -772,7 +791,8 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         log.apply(set(None)).unwrap(),
         Outcome::PolicySet {
             sandbox_id: "a1".into(),
-            version: 1
+            version: 1,
+            updated_at_ms: 0,
         }
     );
     assert_eq!(
@@ -783,7 +803,8 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         log.apply(set(Some(1))).unwrap(),
         Outcome::PolicySet {
             sandbox_id: "a1".into(),
-            version: 2
+            version: 2,
+            updated_at_ms: 0,
         }
     );
 }
@@ -791,38 +812,191 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
 #[test]
 fn ticks_expire_settled_receipts_and_sessions_only() {
     let mut log = Log::new();
-    log.apply(create("a1", "demo")).unwrap(); // a pending receipt, time 1_000
-    log.apply(create("a1", "demo")).unwrap_err(); // a settled rejection, time 1_000
+    // The first tick of a cluster sets the replicated clock's epoch.
+    log.apply(tick(EPOCH_MS)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS);
+    log.apply(create("a1", "demo")).unwrap(); // a pending receipt
+    log.apply(create("a1", "demo")).unwrap_err(); // a settled rejection
     assert_eq!(log.state.receipts.len(), 2);
+    assert_eq!(
+        log.sandbox("a1").created_at_ms,
+        EPOCH_MS,
+        "stamped at apply"
+    );
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(session("demo", "short", 5_000)).unwrap();
-    log.apply(session("demo", "long", 50_000)).unwrap();
-    let day = 24 * 3600 * 1000;
-    log.apply(Command::Tick {
-        now_ms: 10_000,
-        receipt_retention_ms: day,
-    })
-    .unwrap();
+    log.apply(session("demo", "short", 4_000)).unwrap();
+    log.apply(session("demo", "long", 49_000)).unwrap();
+    assert_eq!(
+        log.state.ssh_sessions["a1"]["short"].expires_at_ms,
+        EPOCH_MS + 4_000,
+        "a session expires at the clock when applied plus its TTL"
+    );
+    log.apply(tick(EPOCH_MS + 10_000)).unwrap();
     assert_eq!(log.state.receipts.len(), 2, "nothing is a day old yet");
     assert_eq!(
         log.state.ssh_sessions["a1"].len(),
         1,
         "the short session expired"
     );
-    log.apply(Command::Tick {
-        now_ms: 1_000 + day,
-        receipt_retention_ms: day,
-    })
-    .unwrap();
+    // A day on the replicated clock, one tick a minute.
+    for minute in 1..=24 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert_eq!(log.state.clock_ms, EPOCH_MS + DAY_MS);
     assert!(log.state.receipts.is_empty());
     assert!(log.state.ssh_sessions.is_empty());
     // The clock never goes back.
-    log.apply(Command::Tick {
-        now_ms: 0,
-        receipt_retention_ms: day,
+    log.apply(tick(0)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS + DAY_MS);
+}
+
+/// Issue 14: a replica whose clock is a day behind received the delete (its
+/// request time says so) and later leads. Its receipt is still kept a full
+/// day from settlement, so the client's retry replays it instead of
+/// deleting the same-name replacement.
+#[test]
+fn a_clock_behind_replica_keeps_receipts_for_the_full_window() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let behind = RequestMeta {
+        id: "delete-demo".into(),
+        payload_digest: "digest-delete-demo".into(),
+        time_ms: EPOCH_MS - DAY_MS - HOUR_MS,
+    };
+    let delete_demo = Command::BeginDelete {
+        target: by_name("demo"),
+        expected_sandbox_id: None,
+        expected_execution: None,
+        request: behind,
+    };
+    log.apply(delete_demo.clone()).unwrap();
+    log.apply(Command::CompleteDelete {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
-    assert_eq!(log.state.clock_ms, 1_000 + day);
+    assert_eq!(
+        log.state.receipts["delete-demo"].settled_at_ms,
+        Some(EPOCH_MS)
+    );
+    log.apply(create("b1", "demo")).unwrap();
+    log.apply(launched("b1", 1)).unwrap();
+    // The lagging replica leads now: its ticks do not move the clock back.
+    log.apply(tick(EPOCH_MS - DAY_MS)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS);
+    // A leader with a good clock ticks on, a minute at a time, for 23 h.
+    for minute in 1..=23 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(log.state.receipts.contains_key("delete-demo"));
+    // The client retries its delete by name: replayed, the replacement lives.
+    assert_eq!(
+        log.apply(delete_demo).unwrap(),
+        Outcome::Replayed {
+            request_id: "delete-demo".into()
+        }
+    );
+    assert_eq!(log.sandbox("b1").phase, SandboxPhase::Ready);
+    // A full day after its settlement, the receipt goes.
+    for minute in 23 * 60 + 1..=24 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(!log.state.receipts.contains_key("delete-demo"));
+}
+
+/// Issue 14: one leader's wall clock jumps two days ahead. The replicated
+/// clock moves by at most `TICK_STEP_MS_MAX` per tick, so a receipt settled
+/// a minute earlier and an hour-long SSH session both survive.
+#[test]
+fn a_forward_clock_jump_does_not_collapse_retention_or_sessions() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(session("demo", "s1", HOUR_MS)).unwrap();
+    log.apply(tick(EPOCH_MS + MINUTE_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1);
+
+    log.apply(tick(EPOCH_MS + 2 * DAY_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "the receipt is kept");
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 1, "the session lives");
+    assert_eq!(
+        log.state.clock_ms,
+        EPOCH_MS + MINUTE_MS + limits::TICK_STEP_MS_MAX
+    );
+
+    // The jumped leader keeps ticking; a session opened now lives its TTL.
+    log.apply(session("demo", "s2", HOUR_MS)).unwrap();
+    log.apply(tick(EPOCH_MS + 2 * DAY_MS + 10_000)).unwrap();
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 2);
+    assert_eq!(log.state.receipts.len(), 1);
+}
+
+/// Issue 14: retention counts from settlement, not creation. A create that
+/// stays pending for 25 h keeps its receipt a full day after it settles.
+#[test]
+fn receipt_retention_counts_from_settlement() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    for minute in 1..=25 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 1, "pending receipts never expire");
+    let settled_at = log.state.clock_ms;
+    log.apply(launched("a1", 1)).unwrap();
+    let receipt = log.state.receipts.values().next().unwrap();
+    assert_eq!(receipt.created_at_ms, EPOCH_MS);
+    assert_eq!(receipt.settled_at_ms, Some(settled_at));
+    log.apply(tick(settled_at + MINUTE_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "settled a minute ago: kept");
+    for minute in 2..=24 * 60 {
+        log.apply(tick(settled_at + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(
+        log.state.receipts.is_empty(),
+        "a day after settlement: gone"
+    );
+}
+
+/// Issue 14: retention is replicated configuration, at least a day; a
+/// shorter one (in the configuration or a leader's flag) is raised to a day.
+#[test]
+fn receipt_retention_below_a_day_is_clamped() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS, "the default");
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: HOUR_MS,
+    })
+    .unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS);
+    log.apply(create("a1", "demo")).unwrap(); // pending
+    log.apply(create("a1", "demo")).unwrap_err(); // a rejection, settled now
+    for minute in 1..=2 * 60 {
+        log.apply(Command::Tick {
+            now_ms: EPOCH_MS + minute * MINUTE_MS,
+            receipt_retention_ms: HOUR_MS,
+        })
+        .unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 2, "kept past an hour");
+
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: 2 * DAY_MS,
+    })
+    .unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), 2 * DAY_MS);
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: i64::MAX,
+    })
+    .unwrap();
+    assert_eq!(
+        log.state.receipt_retention_ms(),
+        limits::RECEIPT_RETENTION_MS_MAX
+    );
 }
 
 #[test]

@@ -83,6 +83,7 @@ fn busy_sandbox(replica: &MemoryReplica, run: usize) -> Result<String> {
                 token_sha256: "0".repeat(64),
                 expires_at_ms: i64::MAX,
                 time_ms: 2,
+                ttl_ms: 7 * 24 * 3600 * 1000,
             })
             .1?;
     }

@@ -201,9 +201,9 @@ impl Subject {
             | Command::CompleteDelete { sandbox_id, .. }
             | Command::ObserveLost { sandbox_id, .. }
             | Command::ObserveExit { sandbox_id, .. } => on(Some(sandbox_id.clone())),
-            Command::InitializeCluster { .. } | Command::AdoptDriverIdentity { .. } => {
-                Subject::default()
-            }
+            Command::InitializeCluster { .. }
+            | Command::AdoptDriverIdentity { .. }
+            | Command::ConfigureReceiptRetention { .. } => Subject::default(),
             Command::Tick { now_ms, .. } => Subject {
                 time_ms: Some(*now_ms),
                 tick: true,
@@ -645,6 +645,7 @@ mod tests {
             token_sha256: "0".repeat(64),
             expires_at_ms: 1_000,
             time_ms: 1,
+            ttl_ms: 999,
         }
     }
 
@@ -772,6 +773,7 @@ mod tests {
                 token_sha256: "d1".repeat(32),
                 expires_at_ms: 1_000,
                 time_ms: 1,
+                ttl_ms: 999,
             }],
         );
         let stored = String::from_utf8(shadow.encode().unwrap()).unwrap();

@@ -326,12 +326,14 @@ impl Workload {
             720..=859 => {
                 let sandbox = self.pick(state, |s| s.phase == SandboxPhase::Ready)?;
                 let token: u128 = self.rng.random();
+                let ttl_ms = self.rng.random_range(1_000..120_000);
                 Command::CreateSshSession {
                     target: self.target(sandbox),
                     session_id: self.id(),
                     token_sha256: format!("{token:032x}{token:032x}"),
-                    expires_at_ms: self.clock_ms + self.rng.random_range(1_000..120_000),
+                    expires_at_ms: self.clock_ms + ttl_ms,
                     time_ms: self.clock_ms,
+                    ttl_ms,
                 }
             }
             860..=899 => {

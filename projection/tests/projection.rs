@@ -588,6 +588,7 @@ async fn deleting_a_sandbox_removes_its_owned_records_in_one_batch() -> Result<(
             token_sha256: "0".repeat(64),
             expires_at_ms: i64::MAX,
             time_ms: 2,
+            ttl_ms: 7 * 24 * 3600 * 1000,
         });
         response?;
     }
