@@ -243,7 +243,7 @@ pub struct Receipt {
     /// The replicated clock when its result became final (`None` while
     /// pending); its retention counts from here. Absent from receipts
     /// written before it existed: see [`Receipt::settled_at_ms`].
-    #[serde(default, rename = "settled_at_ms")]
+    #[serde(default)]
     pub settled_at_ms: Option<i64>,
     /// Its result, replayed to retries.
     pub result: ReceiptResult,

@@ -999,6 +999,52 @@ fn receipt_retention_below_a_day_is_clamped() {
     );
 }
 
+/// Logs and snapshots written before replicated time still decode and
+/// apply: a session without a TTL keeps its absolute expiry, a settled
+/// receipt without a settlement time counts from its creation, a state
+/// without a configured retention keeps receipts a day.
+#[test]
+fn entries_and_snapshots_from_before_replicated_time_still_apply() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let old_session: Command = serde_json::from_value(serde_json::json!({
+        "CreateSshSession": {
+            "target": {"Id": "a1"},
+            "session_id": "old",
+            "token_sha256": "0".repeat(64),
+            "expires_at_ms": EPOCH_MS + HOUR_MS,
+            "time_ms": EPOCH_MS,
+        }
+    }))
+    .unwrap();
+    log.apply(old_session).unwrap();
+    assert_eq!(
+        log.state.ssh_sessions["a1"]["old"].expires_at_ms,
+        EPOCH_MS + HOUR_MS
+    );
+
+    let mut snapshot = serde_json::to_value(&log.state).unwrap();
+    let object = snapshot.as_object_mut().unwrap();
+    object.remove("receipt_retention_ms");
+    for receipt in object["receipts"].as_object_mut().unwrap().values_mut() {
+        receipt.as_object_mut().unwrap().remove("settled_at_ms");
+    }
+    log.state = serde_json::from_value(snapshot).unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS);
+    let receipt = log.state.receipts.values().next().unwrap();
+    assert_eq!(receipt.settled_at_ms, None);
+    assert_eq!(receipt.settled_at_ms(), Some(EPOCH_MS), "from creation");
+
+    let old_tick: Command = serde_json::from_value(serde_json::json!({
+        "Tick": {"now_ms": EPOCH_MS + MINUTE_MS, "receipt_retention_ms": 1}
+    }))
+    .unwrap();
+    log.apply(old_tick).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "a leader's flag is not used");
+}
+
 #[test]
 fn restart_policy_replaces_executions_with_the_next_generation() {
     let mut log = Log::new();
