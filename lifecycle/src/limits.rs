@@ -54,8 +54,10 @@ pub const RESTARTS_MAX: u32 = 100;
 /// forward: six default tick intervals (10 s). A leader whose wall clock
 /// jumped ahead moves the clock by this much per tick, not to its wall
 /// clock, so one jump cannot expire a whole retention window at once. After
-/// a long outage the clock catches up at most six times faster than real
-/// time.
+/// an outage of length D the clock lags by D and catches up at most six
+/// times faster than real time (with 10 s ticks), so a receipt settled
+/// during the catch-up is kept at least 24 h − 5/6·D of wall time: the price
+/// of not trusting any one leader's clock.
 pub const TICK_STEP_MS_MAX: i64 = 60_000;
 /// Shortest receipt retention: a settled receipt is kept at least this long
 /// (counted on the replicated clock from its settlement). A configured
