@@ -404,6 +404,71 @@ fn effect_checks(evidence: &Evidence, effects: &[Effect], anomalies: &mut Vec<An
         }
     }
 
+    // Fencing reaches the effect (DESIGN.md section 6): the driver performs
+    // nothing under a fence lower than one it already performed an effect
+    // under, for the same sandbox.
+    let mut highest: BTreeMap<&str, &Effect> = BTreeMap::new();
+    for effect in effects {
+        match highest.get(effect.sandbox_id.as_str()) {
+            Some(seen) if effect.fence.order() < seen.fence.order() => {
+                anomalies.push(Anomaly {
+                    kind: "effect-under-lower-fence",
+                    message: format!(
+                        "{:?} of sandbox {} g{} was performed under {}, lower than {} the driver had already acted under (a deposed leader's effect)",
+                        effect.kind,
+                        short(&effect.sandbox_id),
+                        effect.generation,
+                        effect.fence,
+                        seen.fence
+                    ),
+                    excerpt: vec![effect_line(seen), effect_line(effect)],
+                });
+            }
+            _ => {
+                highest.insert(&effect.sandbox_id, effect);
+            }
+        }
+    }
+
+    // No execution runs after its sandbox's delete was acknowledged: an
+    // operator told "deleted" must never have an agent's code start again.
+    let acknowledged_deletes: BTreeMap<&str, &Operation> = operations
+        .iter()
+        .filter_map(|op| match (&op.reply, op.returned_us) {
+            (Reply::Deleted { id, deleted: true }, Some(_)) => Some((id.as_str(), op)),
+            _ => None,
+        })
+        .fold(BTreeMap::new(), |mut first, (id, op)| {
+            let earliest = first.entry(id).or_insert(op);
+            if op.returned_us < earliest.returned_us {
+                *earliest = op;
+            }
+            first
+        });
+    for effect in effects {
+        if effect.kind != EffectKind::Launch {
+            continue;
+        }
+        if let Some(delete) = acknowledged_deletes.get(effect.sandbox_id.as_str())
+            && delete
+                .returned_us
+                .is_some_and(|returned| returned < effect.at_us)
+        {
+            anomalies.push(Anomaly {
+                kind: "execution-after-delete",
+                message: format!(
+                    "sandbox {} g{} was launched at {} after its delete was acknowledged (#{} at {})",
+                    short(&effect.sandbox_id),
+                    effect.generation,
+                    seconds(effect.at_us),
+                    delete.index,
+                    seconds(delete.returned_us.unwrap_or_default())
+                ),
+                excerpt: vec![effect_line(effect)],
+            });
+        }
+    }
+
     // Attribute every effect to a request that asked for it.
     let mut per_request: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
     for effect in effects {
@@ -647,6 +712,16 @@ mod tests {
     use super::*;
     use crate::history::Observed;
 
+    fn fence(term: u64, operation_index: u64) -> palisade_driver::Fence {
+        palisade_driver::Fence {
+            cluster_id: "c".into(),
+            term,
+            sandbox_id: "x".into(),
+            generation: 1,
+            operation_index,
+        }
+    }
+
     fn op(index: usize, call: Call, reply: Reply, at: u64) -> Operation {
         Operation {
             index,
@@ -658,6 +733,55 @@ mod tests {
             reply,
             attempts: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_launch_under_a_lower_fence_after_an_acknowledged_delete_is_reported() {
+        let effect = |at_us, kind, term, operation_index| Effect {
+            at_us,
+            kind,
+            sandbox_id: "x".into(),
+            generation: 1,
+            fence: fence(term, operation_index),
+        };
+        let evidence = Evidence {
+            operations: vec![
+                op(
+                    0,
+                    Call::Create { name: "a".into() },
+                    Reply::Unknown {
+                        error: "timeout".into(),
+                    },
+                    0,
+                ),
+                op(
+                    1,
+                    Call::Delete {
+                        name: "a".into(),
+                        expected_id: "x".into(),
+                    },
+                    Reply::Deleted {
+                        id: "x".into(),
+                        deleted: true,
+                    },
+                    100,
+                ),
+            ],
+            effects: Some(vec![
+                // The new leader (term 3) launched, then removed X; the
+                // deposed leader's held launch (term 2) lands after the
+                // delete was acknowledged (at 110).
+                effect(50, EffectKind::Launch, 3, 1),
+                effect(105, EffectKind::Remove, 3, 4),
+                effect(200, EffectKind::Launch, 2, 1),
+            ]),
+            replicas: Ok(Vec::new()),
+            ..Evidence::default()
+        };
+        let (anomalies, _) = check(&evidence);
+        let kinds: Vec<&str> = anomalies.iter().map(|anomaly| anomaly.kind).collect();
+        assert!(kinds.contains(&"effect-under-lower-fence"), "{kinds:?}");
+        assert!(kinds.contains(&"execution-after-delete"), "{kinds:?}");
     }
 
     #[test]
@@ -693,6 +817,7 @@ mod tests {
             kind: EffectKind::Launch,
             sandbox_id: "x".into(),
             generation: 1,
+            fence: fence(1, 1),
         };
         let evidence = Evidence {
             operations: vec![op(

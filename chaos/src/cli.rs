@@ -73,7 +73,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
-    /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack.
+    /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack,
+    /// driver-fence-off.
     #[arg(long)]
     pub plant: Vec<String>,
 }
@@ -95,9 +96,10 @@ pub fn plant(names: &[String]) -> Result<(), String> {
                 }
                 "early-delete-ack" => palisade_gateway::planted::ACK_DELETE_BEFORE_CLEANUP
                     .store(true, Ordering::SeqCst),
+                "driver-fence-off" => crate::host::DRIVER_FENCE_OFF.store(true, Ordering::SeqCst),
                 other => {
                     return Err(format!(
-                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term or early-delete-ack"
+                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack or driver-fence-off"
                     ));
                 }
             }

@@ -515,7 +515,7 @@ impl Cluster {
                 let node = self.node(node_id)?;
                 Some(ReplicaView {
                     node_id,
-                    info: palisade_gateway::admin::cluster_info(&node.replica),
+                    info: palisade_gateway::admin::cluster_info(&node.replica, &node.executor),
                 })
             })
             .collect()

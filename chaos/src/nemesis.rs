@@ -178,8 +178,8 @@ impl Nemesis {
         // Rounds: every enabled kind once per round (handoff twice: it has
         // the most variants), in a shuffled order, so that even a short
         // campaign sees each kind of fault; the first round begins with a
-        // handoff (and the first handoff is a ping-pong), the fault this
-        // harness exists for.
+        // handoff (and the first handoff is a stall before a launch's
+        // effect), the fault this harness exists for.
         let mut round: Vec<NemesisKind> = Vec::new();
         let mut first_round = true;
         if !self.kinds.is_empty() {
@@ -354,20 +354,27 @@ impl Nemesis {
         self.history.fault("driver-healed", "driver faults cleared");
     }
 
-    /// The next handoff: every other one is a ping-pong at the
-    /// begin-committed point of a launch (old-term launches are the effects
-    /// a missing term fence lets through, and the most damaging); the
-    /// others pick a point and a transfer or a crash at random.
+    /// The next handoff: every other one targets a launch (old-term
+    /// launches are the effects a missing fence lets through, and the most
+    /// damaging): alternately a stall at the before-effect point, after the
+    /// leader confirmed its leadership (only the driver's own fence and
+    /// tombstone stop it), and a ping-pong at the begin-committed point
+    /// (only the term fence stops it); the others pick a point and a
+    /// transfer or a crash at random.
     fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
         self.handoffs += 1;
         if self.handoffs % 2 == 1 {
-            return (
-                PointKind::BeginCommitted,
-                PointAction::PingPong {
-                    wait_max: self.ms(2_000, 3_000),
-                },
-                Some(&["Create", "Start"]),
-            );
+            let wait_max = self.ms(2_000, 3_000);
+            // The stall first: a short campaign may see only one.
+            let (kind, action) = if self.handoffs % 4 == 1 {
+                (PointKind::BeforeEffect, PointAction::Stall { wait_max })
+            } else {
+                (
+                    PointKind::BeginCommitted,
+                    PointAction::PingPong { wait_max },
+                )
+            };
+            return (kind, action, Some(&["Create", "Start"]));
         }
         let kind = *[
             PointKind::BeginCommitted,
@@ -462,7 +469,10 @@ impl Nemesis {
                     None => false,
                 };
                 let gone = match &point {
-                    FaultPoint::BeginCommitted { sandbox_id, .. } if moved => {
+                    FaultPoint::BeginCommitted { sandbox_id, .. }
+                    | FaultPoint::BeforeEffect { sandbox_id, .. }
+                        if moved =>
+                    {
                         self.delete_when_settled(sandbox_id, wait_max).await
                     }
                     _ => false,
@@ -481,6 +491,26 @@ impl Nemesis {
                     ),
                 );
                 let _ = done.send(());
+            }
+            PointAction::Stall { wait_max } => {
+                self.cluster.pause(node);
+                let others_lead = self.cluster.wait_for_leader(wait_max).await.is_ok();
+                let gone = match &point {
+                    FaultPoint::BeforeEffect { sandbox_id, .. } if others_lead => {
+                        self.delete_when_settled(sandbox_id, wait_max).await
+                    }
+                    _ => false,
+                };
+                // The held effect goes first when the replica thaws: its task
+                // is already woken when the thread is released.
+                let _ = done.send(());
+                self.cluster.resume(node);
+                self.count(
+                    label,
+                    format!(
+                        "{point:?} at node {node}: frozen, another leader: {others_lead}, sandbox gone: {gone}, then thawed"
+                    ),
+                );
             }
             PointAction::Crash => {
                 let victim = match &point {

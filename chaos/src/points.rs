@@ -38,6 +38,8 @@ pub enum PointKind {
     BeginCommitted,
     /// After the driver effect, before `Complete*` is proposed.
     EffectDone,
+    /// After the executor confirmed its leadership, before the driver call.
+    BeforeEffect,
     /// While a follower forwards a write to the leader.
     Forwarding,
     /// While a follower installs a snapshot.
@@ -46,8 +48,9 @@ pub enum PointKind {
 
 impl PointKind {
     /// Every kind.
-    pub const ALL: [PointKind; 4] = [
+    pub const ALL: [PointKind; 5] = [
         PointKind::BeginCommitted,
+        PointKind::BeforeEffect,
         PointKind::EffectDone,
         PointKind::Forwarding,
         PointKind::SnapshotInstall,
@@ -57,6 +60,7 @@ impl PointKind {
     pub fn of(point: &FaultPoint) -> PointKind {
         match point {
             FaultPoint::BeginCommitted { .. } => PointKind::BeginCommitted,
+            FaultPoint::BeforeEffect { .. } => PointKind::BeforeEffect,
             FaultPoint::EffectDone { .. } => PointKind::EffectDone,
             FaultPoint::Forwarding { .. } => PointKind::Forwarding,
             FaultPoint::SnapshotInstall { .. } => PointKind::SnapshotInstall,
@@ -67,6 +71,7 @@ impl PointKind {
     pub fn name(self) -> &'static str {
         match self {
             PointKind::BeginCommitted => "begin-committed",
+            PointKind::BeforeEffect => "before-effect",
             PointKind::EffectDone => "effect-done",
             PointKind::Forwarding => "forwarding",
             PointKind::SnapshotInstall => "snapshot-install",
@@ -92,6 +97,16 @@ pub enum PointAction {
         /// Longest wait for the sandbox to go.
         wait_max: Duration,
     },
+    /// Freeze the replica (its thread blocked, as SIGSTOP would) with the
+    /// task held, wait for another leader, delete the operation's sandbox
+    /// through it, then let the task go on and thaw the replica: the held
+    /// effect reaches the driver after the delete was acknowledged, past
+    /// every check its own replica made — only the driver's fence and
+    /// tombstone stop it.
+    Stall {
+        /// Longest wait for a new leader and for the sandbox to go.
+        wait_max: Duration,
+    },
 }
 
 impl PointAction {
@@ -101,6 +116,7 @@ impl PointAction {
             PointAction::Transfer { .. } => "transfer",
             PointAction::Crash => "crash",
             PointAction::PingPong { .. } => "ping-pong",
+            PointAction::Stall { .. } => "stall",
         }
     }
 }
@@ -179,6 +195,7 @@ impl FaultPoints for Triggers {
             *armed.reached.entry(kind.name()).or_default() += 1;
             let operation = match &point {
                 FaultPoint::BeginCommitted { operation, .. }
+                | FaultPoint::BeforeEffect { operation, .. }
                 | FaultPoint::EffectDone { operation, .. } => Some(operation.as_str()),
                 _ => None,
             };

@@ -435,18 +435,19 @@ pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Re
         .then(|| DRIVER_FAULT_PLAN.replace("SEED", &config.seed.to_string()));
     let processes = Arc::new(Processes::start(config.replicas, palisade, fault_plan)?);
     let result = drive(config, &processes, &history).await;
-    // Clean up whatever happened: gateways, then every execution they left.
+    // Clean up whatever happened: gateways, then every execution they left
+    // (listed first: what still runs is evidence; then killed by pid, the
+    // harness has no place in the cluster's fences).
     processes.kill_all();
-    let driver = ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf());
-    let executions = tokio::time::timeout(Duration::from_secs(10), driver.list())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    let sandbox_ids: BTreeSet<String> = executions.iter().map(|(id, _, _)| id.clone()).collect();
-    for sandbox_id in sandbox_ids {
-        let _ = tokio::time::timeout(Duration::from_secs(10), driver.remove(&sandbox_id)).await;
-    }
+    let executions = match ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf()) {
+        Ok(driver) => tokio::time::timeout(Duration::from_secs(10), driver.list())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    palisade_testkit::processes::kill_executions(&processes.driver_dir());
     let (mut faults, final_applied_index, sandboxes, replicas) = result?;
     if config.nemeses.contains(&NemesisKind::Driver) {
         // The whole run had the driver fault plan (see the module docs).

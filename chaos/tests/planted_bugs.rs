@@ -6,11 +6,15 @@
 //!
 //! - (a) `BeginDelete` skips its expected-id check at apply: a stale
 //!   expected id deletes a same-name replacement.
-//! - (b) the executor drops its term fence: a replica that lost leadership
+//! - (b) the executor drops its term fence (and the driver its fence
+//!   check, the layer behind it): a replica that lost leadership
 //!   mid-operation and won it back performs its old term's effect — here a
 //!   launch of a sandbox deleted meanwhile.
 //! - (c) DeleteSandbox answers "deleted" as soon as the delete commits,
 //!   before the driver removed anything.
+//! - (d) the driver stops checking fences and tombstones: a deposed
+//!   leader's launch, held after its leadership check (the before-effect
+//!   fault point), lands after the sandbox's delete was acknowledged.
 //!
 //! The switches are process-global, so the tests take turns.
 
@@ -36,9 +40,18 @@ impl Drop for Planted {
 }
 
 async fn campaign_with(switch: &'static AtomicBool, kinds: &[&str]) -> Report {
+    campaign_with_all(&[switch], kinds).await
+}
+
+async fn campaign_with_all(switches: &[&'static AtomicBool], kinds: &[&str]) -> Report {
     let _turn = TURN.lock().await;
-    switch.store(true, Ordering::SeqCst);
-    let _planted = Planted(switch);
+    let _planted: Vec<Planted> = switches
+        .iter()
+        .map(|switch| {
+            switch.store(true, Ordering::SeqCst);
+            Planted(switch)
+        })
+        .collect();
     let mut last = None;
     for seed in SEEDS {
         let report = run_campaign(&CampaignConfig::new(seed))
@@ -78,9 +91,27 @@ async fn a_delete_that_skips_the_expected_id_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_executor_without_its_term_fence_is_caught() {
-    let report = campaign_with(
-        &palisade_gateway::planted::SKIP_TERM_FENCE,
+    let report = campaign_with_all(
+        &[
+            &palisade_gateway::planted::SKIP_TERM_FENCE,
+            &palisade_chaos::host::DRIVER_FENCE_OFF,
+        ],
         &["duplicate-effect", "orphan-execution", "unrequested-effect"],
+    )
+    .await;
+    println!("{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_without_its_fence_check_is_caught() {
+    let report = campaign_with(
+        &palisade_chaos::host::DRIVER_FENCE_OFF,
+        &[
+            "execution-after-delete",
+            "effect-under-lower-fence",
+            "duplicate-effect",
+            "orphan-execution",
+        ],
     )
     .await;
     println!("{report}");

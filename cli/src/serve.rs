@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 
 use palisade_driver::ComputeDriver;
 use palisade_driver::noop::NoopDriver;
-use palisade_driver::process::ProcessDriver;
+use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_gateway::executor::ExecutorConfig;
 use palisade_gateway::node::{NodeConfig, RaftTiming};
 use palisade_gateway::replica::ReplicaTimeouts;
@@ -55,6 +55,9 @@ pub struct RunArgs {
     /// Compute driver: `process` runs each sandbox as local processes under
     /// a shim; `noop` runs nothing and is only for benchmarks and tests of
     /// the control plane. Every replica of a cluster must use the same one.
+    /// The process driver is SINGLE-HOST: every replica must run on the one
+    /// host that holds the shared --driver-dir (a replica elsewhere sees a
+    /// driver of another identity and refuses to act while it leads).
     #[arg(long, value_enum, default_value_t = DriverKind::Process)]
     pub driver: DriverKind,
     /// With `--driver fault`: the faults to inject, as JSON, e.g.
@@ -62,8 +65,9 @@ pub struct RunArgs {
     /// docs for every field).
     #[arg(long, value_parser = palisade_driver::fault::FaultPlan::from_json)]
     pub fault_plan: Option<palisade_driver::fault::FaultPlan>,
-    /// Directory the process driver keeps executions in. Every replica on a
-    /// host must use the same one (default: DATA_DIR/../executions).
+    /// Directory the process driver keeps executions in (and its identity,
+    /// fences and tombstones). Every replica of the cluster must use the same
+    /// one, on the same host (default: DATA_DIR/../executions).
     #[arg(long)]
     pub driver_dir: Option<PathBuf>,
     /// Leader heartbeat interval, milliseconds.
@@ -78,9 +82,28 @@ pub struct RunArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
-    /// Hours a request id's result is kept for retries (at least 24).
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(24..=24 * 365))]
+    /// Hours a request id's result is kept for retries, counted on the
+    /// replicated clock from the request's settlement (24 to 720). A leader
+    /// writes it into the replicated configuration when it starts its term
+    /// (the latest leader configured differently wins).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(
+        (palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MIN / 3_600_000) as u64
+            ..=(palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MAX / 3_600_000) as u64
+    ))]
     pub receipt_retention_hours: u64,
+    /// Seconds between the leader's rounds comparing the driver's
+    /// executions with the state (the orphan reconciler).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub reconcile_interval_seconds: u64,
+    /// Seconds an execution must be seen orphaned (its sandbox gone, or a
+    /// stale generation) before the reconciler stops and removes it.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub orphan_grace_seconds: u64,
+    /// Hours the process driver keeps a removed sandbox's tombstone (and
+    /// highest fence): until then any late launch of it is refused. Keep it
+    /// far longer than an operation can stay pending.
+    #[arg(long, default_value_t = 168, value_parser = clap::value_parser!(u64).range(1..=24 * 365))]
+    pub tombstone_retention_hours: u64,
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 10)]
     pub drain_seconds: u64,
@@ -171,7 +194,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     let driver: Arc<dyn ComputeDriver> = match args.driver {
-        DriverKind::Noop => Arc::new(NoopDriver),
+        DriverKind::Noop => Arc::new(NoopDriver::new()),
         DriverKind::Process | DriverKind::Fault => {
             let driver_dir = match &args.driver_dir {
                 Some(dir) => dir.clone(),
@@ -186,8 +209,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             std::fs::create_dir_all(&driver_dir).with_context(|| {
                 format!("cannot create driver directory {}", driver_dir.display())
             })?;
-            let process: Arc<dyn ComputeDriver> =
-                Arc::new(ProcessDriver::new(driver_dir, shim_program));
+            let process: Arc<dyn ComputeDriver> = Arc::new(
+                ProcessDriver::new(driver_dir.clone(), shim_program)
+                    .with_context(|| {
+                        format!(
+                            "cannot open the process driver's directory {}",
+                            driver_dir.display()
+                        )
+                    })?
+                    .with_timeouts(ProcessDriverTimeouts {
+                        tombstone_retention: Duration::from_secs(
+                            args.tombstone_retention_hours * 3600,
+                        ),
+                        ..ProcessDriverTimeouts::default()
+                    }),
+            );
             if args.driver == DriverKind::Fault {
                 let plan = args.fault_plan.clone().unwrap_or_default();
                 Arc::new(palisade_driver::fault::FaultDriver::new(process, plan))
@@ -209,12 +245,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),
             receipt_retention: Duration::from_secs(args.receipt_retention_hours * 3600),
+            reconcile_interval: Duration::from_secs(args.reconcile_interval_seconds),
+            orphan_grace: Duration::from_secs(args.orphan_grace_seconds),
             ..Default::default()
         },
         timeouts: ReplicaTimeouts::default(),
         drain_timeout: Duration::from_secs(args.drain_seconds),
         postgres_url: args.postgres_url.clone(),
     };
+    #[cfg(feature = "test-hooks")]
+    if let Some(dir) = std::env::var_os(palisade_testkit::gate::GATE_DIR_ENV) {
+        // TEST-ONLY (a `test-hooks` build): the file gate at the executor's
+        // before-effect point.
+        let gate = palisade_testkit::gate::FileGate::new(dir.into())
+            .context("cannot create the test gate directory")?;
+        tracing::warn!("TEST BUILD: launches may be held by the file gate");
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let hooks = palisade_gateway::node::NodeHooks {
+            fault_points: Some(Arc::new(gate)),
+            ..Default::default()
+        };
+        return Ok(palisade_gateway::node::run_with_hooks(
+            config,
+            driver,
+            listener,
+            hooks,
+            shutdown_signal(),
+        )
+        .await?);
+    }
     Ok(palisade_gateway::node::run(config, driver, shutdown_signal()).await?)
 }
 
@@ -224,10 +285,18 @@ mod tests {
 
     #[test]
     fn initial_cluster_addresses_are_host_and_port() {
-        let members = parse_initial_cluster("1=127.0.0.1:7001, 2=http://node-2.internal:7001").unwrap();
+        let members =
+            parse_initial_cluster("1=127.0.0.1:7001, 2=http://node-2.internal:7001").unwrap();
         assert_eq!(members[&1], "127.0.0.1:7001");
         assert_eq!(members[&2], "node-2.internal:7001");
-        for bad in ["1=:", "1=host:", "1=a:b:c", "1=host:0", "1=127.0.0.1:7001,1=127.0.0.1:7002", ""] {
+        for bad in [
+            "1=:",
+            "1=host:",
+            "1=a:b:c",
+            "1=host:0",
+            "1=127.0.0.1:7001,1=127.0.0.1:7002",
+            "",
+        ] {
             assert!(parse_initial_cluster(bad).is_err(), "{bad:?} was accepted");
         }
     }

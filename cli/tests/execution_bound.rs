@@ -188,36 +188,6 @@ fn pinned(uri: &str) -> Client {
 
 /// Moves leadership to `target` through the CLI and waits until every
 /// running replica agrees.
-async fn transfer_leader(cluster: &Cluster, running: &[u64], target: u64) -> u64 {
-    let endpoints = cluster.cli_endpoints(running);
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    loop {
-        let output = cli_async(
-            &endpoints,
-            &["cluster", "transfer-leader", &target.to_string()],
-        )
-        .await;
-        if output.status.success() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "transfer-leader {target}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    loop {
-        let (leader, _) = cluster.wait_for_leader(running).await;
-        if leader == target {
-            return leader;
-        }
-        assert!(Instant::now() < deadline, "node {target} did not take over");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stale_tokens_stop_nothing_and_request_ids_replay() {
     const MARKER: &str = "5301";
@@ -349,7 +319,7 @@ async fn stale_tokens_stop_nothing_and_request_ids_replay() {
 
     // The replays hold on every replica after a leader change...
     let target = *all.iter().find(|id| **id != leader).unwrap();
-    let leader = transfer_leader(&cluster, &all, target).await;
+    let leader = cluster.transfer_leader(&all, target).await;
     for uri in &uris {
         let mut single = pinned(uri);
         expect_refusal(
@@ -591,7 +561,7 @@ async fn stale_stops_race(gateway_args: &[&str], marker: &str, test: &'static st
         let (current_leader, _) = cluster.wait_for_leader(&running).await;
         if round == 0 {
             let target = *running.iter().find(|id| **id != current_leader).unwrap();
-            transfer_leader(&cluster, &running, target).await;
+            cluster.transfer_leader(&running, target).await;
         } else {
             let status = cluster.replica_mut(current_leader).terminate();
             assert!(status.success(), "the leader exits cleanly: {status:?}");
@@ -824,7 +794,7 @@ async fn uncertain_stops_stay_pending_until_observed_and_replay_as_stopped() {
     // (The first leader's driver used up its faults; a replica that never
     // led has all of its own, so it leads now.)
     let fresh = *all.iter().find(|node| **node != leader).unwrap();
-    let leader = transfer_leader(&cluster, &all, fresh).await;
+    let leader = cluster.transfer_leader(&all, fresh).await;
     let stop_b = stop_request(by_id(&id), &token_b, "uncertain-stop-b");
     let follower = all.iter().copied().find(|node| *node != leader).unwrap();
     let mut short = direct_client(&cluster.replica(follower).uri(), Duration::from_secs(1)).await;
@@ -902,7 +872,7 @@ async fn watch_resumed_on_another_replica_delivers_every_change_once() {
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     // Replica 1 leads and serves the watch; it will be killed.
-    transfer_leader(&cluster, &all, 1).await;
+    cluster.transfer_leader(&all, 1).await;
     let workspace = v1::CreateWorkspaceRequest {
         name: "watched".into(),
     };

@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionStatus, LaunchSpec,
+    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionStatus, Fence, LaunchSpec,
 };
 
 /// Faults for one kind of call.
@@ -123,6 +123,8 @@ pub struct CallRecord {
     pub sandbox_id: String,
     /// Generation (0 for `remove`).
     pub generation: u64,
+    /// The fence the call carried (`None` for `inspect`).
+    pub fence: Option<Fence>,
     /// The fault injected.
     pub fault: Fault,
 }
@@ -192,7 +194,13 @@ impl FaultDriver {
         inner.records.iter().cloned().collect()
     }
 
-    fn pick(&self, call: &str, sandbox_id: &str, generation: u64) -> (Duration, Fault) {
+    fn pick(
+        &self,
+        call: &str,
+        sandbox_id: &str,
+        generation: u64,
+        fence: Option<&Fence>,
+    ) -> (Duration, Fault) {
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let inner = &mut *guard;
         let (rule, counter) = match call {
@@ -236,6 +244,7 @@ impl FaultDriver {
             call: call.to_string(),
             sandbox_id: sandbox_id.to_string(),
             generation,
+            fence: fence.cloned(),
             fault,
         });
         (Duration::from_millis(rule.latency_ms), fault)
@@ -246,9 +255,10 @@ impl FaultDriver {
         call: &str,
         sandbox_id: &str,
         generation: u64,
+        fence: Option<&Fence>,
         effect: impl Future<Output = Result<T, DriverError>> + Send,
     ) -> Result<T, DriverError> {
-        let (latency, fault) = self.pick(call, sandbox_id, generation);
+        let (latency, fault) = self.pick(call, sandbox_id, generation, fence);
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
@@ -275,12 +285,21 @@ impl ComputeDriver for FaultDriver {
         self.inner.name()
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> DriverFuture<'a, ExecutionHandle> {
+    fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec,
+        fence: &'a Fence,
+    ) -> DriverFuture<'a, ExecutionHandle> {
         Box::pin(self.faulty(
             "launch",
             &spec.sandbox_id,
             spec.generation,
-            self.inner.launch(spec),
+            Some(fence),
+            self.inner.launch(spec, fence),
         ))
     }
 
@@ -293,6 +312,7 @@ impl ComputeDriver for FaultDriver {
             "inspect",
             sandbox_id,
             generation,
+            None,
             self.inner.inspect(sandbox_id, generation),
         ))
     }
@@ -302,21 +322,33 @@ impl ComputeDriver for FaultDriver {
         sandbox_id: &'a str,
         generation: u64,
         grace: Duration,
+        fence: &'a Fence,
     ) -> DriverFuture<'a, ()> {
         Box::pin(self.faulty(
             "stop",
             sandbox_id,
             generation,
-            self.inner.stop(sandbox_id, generation, grace),
+            Some(fence),
+            self.inner.stop(sandbox_id, generation, grace, fence),
         ))
     }
 
-    fn remove<'a>(&'a self, sandbox_id: &'a str) -> DriverFuture<'a, ()> {
-        Box::pin(self.faulty("remove", sandbox_id, 0, self.inner.remove(sandbox_id)))
+    fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()> {
+        Box::pin(self.faulty(
+            "remove",
+            sandbox_id,
+            0,
+            Some(fence),
+            self.inner.remove(sandbox_id, fence),
+        ))
     }
 
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
         self.inner.list()
+    }
+
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        self.inner.collect_tombstones()
     }
 }
 
@@ -334,26 +366,55 @@ mod tests {
         }
     }
 
+    fn fence(term: u64, generation: u64) -> Fence {
+        Fence {
+            cluster_id: "c".into(),
+            term,
+            sandbox_id: "s".into(),
+            generation,
+            operation_index: 10,
+        }
+    }
+
     #[tokio::test]
     async fn first_n_faults_then_clean_calls() {
         let plan =
             FaultPlan::from_json(r#"{"launch": {"reject_first": 1, "uncertain_after_first": 1}}"#)
                 .unwrap();
-        let driver = FaultDriver::new(Arc::new(NoopDriver), plan);
-        let first = driver.launch(&spec()).await.unwrap_err();
+        let driver = FaultDriver::new(Arc::new(NoopDriver::new()), plan);
+        let first = driver.launch(&spec(), &fence(1, 1)).await.unwrap_err();
         assert!(first.is_definite_no_effect());
-        let second = driver.launch(&spec()).await.unwrap_err();
+        let second = driver.launch(&spec(), &fence(1, 1)).await.unwrap_err();
         assert!(!second.is_definite_no_effect());
-        assert!(driver.launch(&spec()).await.is_ok());
+        assert!(driver.launch(&spec(), &fence(1, 1)).await.is_ok());
         let faults: Vec<Fault> = driver.records().iter().map(|r| r.fault).collect();
         assert_eq!(faults, [Fault::Reject, Fault::UncertainAfter, Fault::None]);
+        assert!(
+            driver
+                .records()
+                .iter()
+                .all(|record| record.fence == Some(fence(1, 1)))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_inner_drivers_fence_shows_through() {
+        let driver = FaultDriver::new(Arc::new(NoopDriver::new()), FaultPlan::default());
+        driver
+            .stop("s", 1, Duration::ZERO, &fence(3, 1))
+            .await
+            .unwrap();
+        let refused = driver.launch(&spec(), &fence(2, 1)).await.unwrap_err();
+        assert!(refused.is_fenced(), "{refused}");
+        assert_eq!(driver.identity(), NoopDriver::new().identity());
     }
 
     #[tokio::test]
     async fn hangs_never_return() {
         let plan = FaultPlan::from_json(r#"{"stop": {"hang_first": 1}}"#).unwrap();
-        let driver = FaultDriver::new(Arc::new(NoopDriver), plan);
-        let call = driver.stop("s", 1, Duration::ZERO);
+        let driver = FaultDriver::new(Arc::new(NoopDriver::new()), plan);
+        let fence = fence(1, 1);
+        let call = driver.stop("s", 1, Duration::ZERO, &fence);
         assert!(
             tokio::time::timeout(Duration::from_millis(50), call)
                 .await

@@ -15,13 +15,69 @@
 //! - `list` returns everything the driver manages, so executions that the replicated
 //!   state does not know (orphans of a deposed leader) can be found and removed.
 //!
+//! # Fencing reaches the effect
+//!
+//! The executor confirms its leadership and then calls the driver: check-then-act. A
+//! leader paused between the two acts after it was deposed. So every call that
+//! changes something (`launch`, `stop`, `remove`) carries a [`Fence`] — (cluster id,
+//! term, sandbox id, generation, operation index) — and every driver keeps, per
+//! sandbox, the highest fence it has seen, durably and atomically with the effect,
+//! and refuses a lower one with [`DriverError::Fenced`] (Kleppmann's fencing tokens,
+//! Chubby's sequencers: the resource checks the token, not only the lock holder).
+//! Fences are ordered by (term, operation index); an equal fence is admitted (a
+//! repeated call of the same operation). A fence of another cluster is refused.
+//!
+//! `remove` leaves a durable *tombstone*: written (and made durable) before any
+//! execution is stopped, kept after the sandbox's executions are gone, and garbage-
+//! collected only after a long, configurable time. A `launch` checks the tombstone
+//! *after* it claimed its generation (and the process driver's shim checks it again
+//! after it claimed the execution, before the command starts): claim-then-check on
+//! one side, mark-then-list on the other, so one of them always sees the other, and
+//! a launch that lost the race refuses (`Fenced`) and leaves nothing running.
+//!
+//! Every driver implements the same rule: where it keeps the highest fence and the
+//! tombstone, and why the check is atomic with the effect, is documented in the
+//! driver's own module. The rule, for implementers (the Docker driver included):
+//!
+//! 1. **A fence names its call.** `fence.sandbox_id` is the call's sandbox, and for
+//!    `launch` and `stop` `fence.generation` is the call's generation; a fence that
+//!    names something else is a caller bug, refused with [`DriverError::Rejected`].
+//! 2. **Check, record and act as one step.** Per sandbox, the driver keeps the
+//!    highest fence admitted so far where its effects live (the process driver: a
+//!    file beside the executions, under a lock every replica of the host takes). A
+//!    call reads it, refuses a fence that is not [`Fence::admits_after`] it
+//!    ([`DriverError::Fenced`], nothing done), records a higher one durably, and
+//!    takes the step that decides its effect, all without letting another call of
+//!    the same sandbox in between: `launch` claims the generation and checks the
+//!    tombstone, `stop` marks the execution stopping, `remove` writes the tombstone.
+//!    What follows that step (waiting for a process, signalling it after a grace)
+//!    only carries out what was decided, and no later fence can undo it: nothing
+//!    clears a stop or a tombstone, and a generation is never launched twice.
+//! 3. **Fenced means no effect.** A driver answers `Fenced` only when the call itself
+//!    changed nothing; when it cannot tell, it answers `Uncertain`, and a repeated
+//!    call (all calls are idempotent) answers `Fenced` once nothing is left to tell.
+//! 4. **Tombstones.** `remove` writes the tombstone durably before it stops anything,
+//!    keeps it (and the highest fence) after the executions are gone, and refuses
+//!    every later `launch` of the sandbox, whatever its fence. A tombstone is
+//!    collected only after a long retention, documented by the driver (the process
+//!    driver: 7 days by default); a launch older than that is no longer refused.
+//!    `list` does not report what a tombstone left behind, only executions that run.
+//! 5. **Know where you are.** A driver has an [`identity`](ComputeDriver::identity)
+//!    and records it with every execution it starts. An execution recorded under
+//!    another identity is out of sight: `inspect`, `stop` and `remove` answer
+//!    `Uncertain` for it, never `Absent` or success, and `list` leaves it out.
+//! 6. **A lost launcher is uncertain.** When whatever starts the execution dies
+//!    abnormally (killed by a signal, a timeout), the launch is `Uncertain`, resolved
+//!    by observation, never `Rejected`: the execution may have started.
+//!
 //! # Layout
 //!
 //! - this module: the [`ComputeDriver`] trait and the types it speaks.
 //! - [`process`]: the embedded default driver, one shim process per execution
 //!   (containerd-shim pattern), Linux only.
-//! - [`noop`]: runs nothing and keeps no state; for benchmarks and tests of the
-//!   control plane (`palisade gateway run --driver noop`).
+//! - [`noop`]: runs nothing; keeps only fences and tombstones, in memory; for
+//!   benchmarks and tests of the control plane (`palisade gateway run --driver noop`).
+//! - [`fault`]: wraps another driver and injects faults by a seeded plan.
 //!
 //! The trait returns boxed futures ([`futures::future::BoxFuture`]) rather than using
 //! `async fn`, so it stays object safe (`Arc<dyn ComputeDriver>`) without the
@@ -83,6 +139,9 @@ pub enum ExecutionIdentity {
         start_time: u64,
         /// `/proc/sys/kernel/random/boot_id` of the boot the shim ran in.
         boot_id: String,
+        /// The [identity](ComputeDriver::identity) of the driver directory the
+        /// execution was recorded in.
+        driver_id: String,
     },
     /// Drivers whose authority names executions with one string (a container id, a
     /// pod uid, a test driver's counter).
@@ -123,6 +182,48 @@ pub enum ExecutionStatus {
     Absent,
 }
 
+/// A fencing token carried by every driver call that changes something: who asks
+/// (the cluster, and its leader's term) and for which operation (the sandbox, the
+/// execution generation, and the log index of the entry that began the operation).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fence {
+    /// The cluster's id (from the replicated state); a fence of another cluster
+    /// sharing the driver's authority is always refused.
+    pub cluster_id: String,
+    /// The proposer's Raft term: the leader that performs the effect.
+    pub term: u64,
+    /// The sandbox the effect is for.
+    pub sandbox_id: String,
+    /// The execution generation the effect targets.
+    pub generation: u64,
+    /// Log index of the entry that began the operation (or, for the orphan
+    /// reconciler, the index of the entry that last changed the sandbox).
+    pub operation_index: u64,
+}
+
+impl Fence {
+    /// The order of fences: by term, then by operation index.
+    pub fn order(&self) -> (u64, u64) {
+        (self.term, self.operation_index)
+    }
+
+    /// Whether a call carrying this fence may act on a sandbox whose highest fence
+    /// seen so far is `seen`: the same cluster, and not lower.
+    pub fn admits_after(&self, seen: &Fence) -> bool {
+        self.cluster_id == seen.cluster_id && self.order() >= seen.order()
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            formatter,
+            "fence(term {}, operation {}, sandbox {} generation {})",
+            self.term, self.operation_index, self.sandbox_id, self.generation
+        )
+    }
+}
+
 /// Why a driver call failed, split by what the caller may conclude.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DriverError {
@@ -142,13 +243,29 @@ pub enum DriverError {
         /// What happened, for the operator.
         message: String,
     },
+    /// The call carried a fence lower than one the driver already saw for the
+    /// sandbox (a deposed leader acting late), or the sandbox carries a tombstone
+    /// (it was removed): the call had no effect. The caller is not the one to decide
+    /// anything about the operation: the current leader does.
+    #[error("fenced by the compute driver: {message}")]
+    Fenced {
+        /// Which fence was refused and why.
+        message: String,
+    },
 }
 
 impl DriverError {
-    /// True when the call certainly had no effect, so the executor may record the
-    /// operation as failed; false when the outcome must be resolved by observation.
+    /// True when the call certainly had no effect and the operation may be recorded
+    /// as failed; false when the outcome must be resolved by observation, or when
+    /// the caller was fenced out (then it records nothing at all).
     pub fn is_definite_no_effect(&self) -> bool {
         matches!(self, DriverError::Rejected { .. })
+    }
+
+    /// True when the call was refused by a fence or a tombstone: no effect, and
+    /// nothing to record.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, DriverError::Fenced { .. })
     }
 }
 
@@ -161,11 +278,25 @@ pub trait ComputeDriver: Send + Sync + 'static {
     /// Short name for logs and configuration ("process", "docker", ...).
     fn name(&self) -> &'static str;
 
+    /// The identity of the authority this driver acts on: the process driver's is a
+    /// random id written once into its driver directory (shared by every replica of
+    /// one host), so two hosts never share one. Executions are recorded with it; an
+    /// execution recorded under another identity is out of this driver's sight
+    /// (another host), and the executor treats it as uncertain, never as absent.
+    fn identity(&self) -> &str;
+
     /// Starts the execution `spec` describes and returns its handle once it has
     /// started. Idempotent per (sandbox id, generation): a repeated call (from any
     /// gateway) returns the execution the first call started and never starts a second
     /// one; a generation that already ended is returned as it is, not relaunched.
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> DriverFuture<'a, ExecutionHandle>;
+    /// Refused with [`DriverError::Fenced`] when `fence` is lower than the highest
+    /// fence seen for the sandbox, or when the sandbox has a tombstone (checked after
+    /// the generation is claimed).
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec,
+        fence: &'a Fence,
+    ) -> DriverFuture<'a, ExecutionHandle>;
 
     /// Observes one execution.
     fn inspect<'a>(
@@ -176,20 +307,32 @@ pub trait ComputeDriver: Send + Sync + 'static {
 
     /// Stops one execution: SIGTERM (or the driver's equivalent), then a forced kill
     /// after `grace`. Returns only once the execution's processes are gone. Stopping an
-    /// execution that already ended or never existed succeeds.
+    /// execution that already ended or never existed succeeds. Refused with
+    /// [`DriverError::Fenced`] when `fence` is lower than the highest seen.
     fn stop<'a>(
         &'a self,
         sandbox_id: &'a str,
         generation: u64,
         grace: Duration,
+        fence: &'a Fence,
     ) -> DriverFuture<'a, ()>;
 
-    /// Stops every execution of the sandbox and deletes everything the driver keeps
-    /// for it. Returns only once the absence of every execution is confirmed.
-    /// Removing an unknown sandbox succeeds.
-    fn remove<'a>(&'a self, sandbox_id: &'a str) -> DriverFuture<'a, ()>;
+    /// Writes the sandbox's tombstone (durably), then stops every execution of the
+    /// sandbox and deletes everything the driver keeps for it but the tombstone and
+    /// the fence. Returns only once the absence of every execution is confirmed.
+    /// Removing an unknown sandbox succeeds (and leaves a tombstone). Refused with
+    /// [`DriverError::Fenced`] when `fence` is lower than the highest seen.
+    fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()>;
 
     /// Everything the driver manages, as (sandbox id, generation, status), sorted by
     /// sandbox id then generation, so orphans can be found.
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>>;
+
+    /// Deletes tombstones (and fences) of removed sandboxes older than the
+    /// driver's retention; returns how many went. The leader's reconciler
+    /// calls it every round. A driver whose tombstones need no collection
+    /// keeps this default.
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        Box::pin(async { Ok(0) })
+    }
 }

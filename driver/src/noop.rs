@@ -2,33 +2,73 @@
 //! plane (consensus, forwarding, handoff) where real compute would only add
 //! noise; never for real sandboxes.
 //!
-//! # Key decision: stateless
+//! # Key decision: nothing runs, but the fencing rule holds
 //!
-//! The driver keeps no state at all, so every replica's copy agrees with
-//! every other's by construction and any leader can take over mid-operation:
+//! Executions are a pure function of their key, so every replica's driver
+//! agrees with every other's about them, and any leader can take over
+//! mid-operation. Only what the fencing contract (crate docs, "Fencing reaches
+//! the effect") requires is kept, in memory:
 //!
-//! - `launch` succeeds at once and returns an [`ExecutionIdentity::Opaque`]
+//! - per sandbox, the highest fence admitted; a lower one (or one of another
+//!   cluster) is refused with [`DriverError::Fenced`]. The check and the record
+//!   happen under one mutex, which is the whole "effect", so they are atomic
+//!   with it.
+//! - per removed sandbox, a tombstone: every later `launch` is refused, and
+//!   `inspect` answers `Absent`.
+//! - `launch` otherwise succeeds at once with an [`ExecutionIdentity::Opaque`]
 //!   handle derived from (sandbox id, generation) alone, so a repeated launch
-//!   (a retry, or a new leader resuming the operation) returns the same
-//!   handle: idempotent, as the trait requires.
-//! - `inspect` reports every execution as running (an execution of the noop
-//!   driver never exits on its own, so the executor never observes an exit).
-//! - `stop` and `remove` succeed at once (there is nothing to stop).
+//!   returns the same handle: idempotent, as the trait requires.
+//! - `inspect` reports every execution of a sandbox without tombstone as
+//!   running (a noop execution never exits on its own).
 //! - `list` is empty: there is nothing to find, so nothing is ever an orphan.
+//!
+//! The memory is per driver value (clones share it), hence per gateway
+//! process: replicas in different processes do not share fences, so across a
+//! leader change the noop driver refuses only what one process saw. That is
+//! enough for what it is for; the process driver shares its fences through
+//! the host's directory. Tombstones are bounded by [`NOOP_TOMBSTONES_MAX`]: the
+//! oldest is forgotten first, with its sandbox's fence. The identity is the
+//! constant [`NOOP_IDENTITY`]: every noop driver runs the same nothing.
 //!
 //! Select it with `palisade gateway run --driver noop`.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    ComputeDriver, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus, LaunchSpec,
+    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
+    Fence, LaunchSpec,
 };
 
+/// Most tombstones a noop driver remembers; beyond, the oldest is forgotten.
+pub const NOOP_TOMBSTONES_MAX: usize = 1_000_000;
+
+/// The identity of every noop driver.
+pub const NOOP_IDENTITY: &str = "noop";
+
+#[derive(Debug, Default)]
+struct NoopState {
+    /// Highest fence admitted per sandbox.
+    fences: HashMap<String, Fence>,
+    /// Removed sandboxes, and the order they were removed in (oldest first).
+    tombstones: HashSet<String>,
+    tombstone_order: VecDeque<String>,
+}
+
 /// The no-op compute driver. See the module documentation.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopDriver;
+#[derive(Debug, Clone, Default)]
+pub struct NoopDriver {
+    /// `std` mutex: held only to check and record a fence, never across an await.
+    state: Arc<Mutex<NoopState>>,
+}
 
 impl NoopDriver {
+    /// A driver that has seen no fence and removed nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// The handle of one execution: a pure function of its key.
     pub fn handle(sandbox_id: &str, generation: u64) -> ExecutionHandle {
         ExecutionHandle {
@@ -38,6 +78,39 @@ impl NoopDriver {
             },
         }
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NoopState> {
+        // The state is two maps updated together under the lock, and no code that
+        // holds it can panic between the two updates, so a poisoned lock is whole.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Checks the fence, records it, and then runs `effect`, all under the lock.
+    fn fenced<T>(
+        &self,
+        sandbox_id: &str,
+        generation: Option<u64>,
+        fence: &Fence,
+        effect: impl FnOnce(&mut NoopState) -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
+        if fence.sandbox_id != sandbox_id || generation.is_some_and(|g| g != fence.generation) {
+            return Err(DriverError::Rejected {
+                message: format!("{fence} does not name the call's target"),
+            });
+        }
+        let mut state = self.lock();
+        if let Some(seen) = state.fences.get(sandbox_id)
+            && !fence.admits_after(seen)
+        {
+            return Err(DriverError::Fenced {
+                message: format!("{fence} refused: the driver already saw {seen}"),
+            });
+        }
+        state.fences.insert(sandbox_id.to_owned(), fence.clone());
+        effect(&mut state)
+    }
 }
 
 impl ComputeDriver for NoopDriver {
@@ -45,9 +118,24 @@ impl ComputeDriver for NoopDriver {
         "noop"
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> DriverFuture<'a, ExecutionHandle> {
-        let handle = Self::handle(&spec.sandbox_id, spec.generation);
-        Box::pin(async move { Ok(handle) })
+    fn identity(&self) -> &str {
+        NOOP_IDENTITY
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec,
+        fence: &'a Fence,
+    ) -> DriverFuture<'a, ExecutionHandle> {
+        let result = self.fenced(&spec.sandbox_id, Some(spec.generation), fence, |state| {
+            if state.tombstones.contains(&spec.sandbox_id) {
+                return Err(DriverError::Fenced {
+                    message: format!("sandbox {} was removed", spec.sandbox_id),
+                });
+            }
+            Ok(Self::handle(&spec.sandbox_id, spec.generation))
+        });
+        Box::pin(async move { result })
     }
 
     fn inspect<'a>(
@@ -55,21 +143,41 @@ impl ComputeDriver for NoopDriver {
         sandbox_id: &'a str,
         generation: u64,
     ) -> DriverFuture<'a, ExecutionStatus> {
-        let handle = Self::handle(sandbox_id, generation);
-        Box::pin(async move { Ok(ExecutionStatus::Running { handle }) })
+        let status = if self.lock().tombstones.contains(sandbox_id) {
+            ExecutionStatus::Absent
+        } else {
+            ExecutionStatus::Running {
+                handle: Self::handle(sandbox_id, generation),
+            }
+        };
+        Box::pin(async move { Ok(status) })
     }
 
     fn stop<'a>(
         &'a self,
-        _sandbox_id: &'a str,
-        _generation: u64,
+        sandbox_id: &'a str,
+        generation: u64,
         _grace: Duration,
+        fence: &'a Fence,
     ) -> DriverFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
+        let result = self.fenced(sandbox_id, Some(generation), fence, |_| Ok(()));
+        Box::pin(async move { result })
     }
 
-    fn remove<'a>(&'a self, _sandbox_id: &'a str) -> DriverFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
+    fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()> {
+        let result = self.fenced(sandbox_id, None, fence, |state| {
+            if state.tombstones.insert(sandbox_id.to_owned()) {
+                state.tombstone_order.push_back(sandbox_id.to_owned());
+                if state.tombstone_order.len() > NOOP_TOMBSTONES_MAX
+                    && let Some(oldest) = state.tombstone_order.pop_front()
+                {
+                    state.tombstones.remove(&oldest);
+                    state.fences.remove(&oldest);
+                }
+            }
+            Ok(())
+        });
+        Box::pin(async move { result })
     }
 
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
@@ -90,30 +198,98 @@ mod tests {
         }
     }
 
+    fn fence(cluster_id: &str, term: u64, generation: u64, operation_index: u64) -> Fence {
+        Fence {
+            cluster_id: cluster_id.into(),
+            term,
+            sandbox_id: "4f1c".into(),
+            generation,
+            operation_index,
+        }
+    }
+
     #[tokio::test]
     async fn launch_is_idempotent_and_keyed_by_generation() {
-        let (one, other) = (NoopDriver, NoopDriver);
-        let first = one.launch(&spec(1)).await.unwrap();
+        let (one, other) = (NoopDriver::new(), NoopDriver::new());
+        let first = one.launch(&spec(1), &fence("c", 1, 1, 5)).await.unwrap();
         assert_eq!(
             first,
-            other.launch(&spec(1)).await.unwrap(),
+            other.launch(&spec(1), &fence("c", 1, 1, 5)).await.unwrap(),
             "any replica agrees"
         );
-        assert_ne!(first, one.launch(&spec(2)).await.unwrap());
+        assert_ne!(
+            first,
+            one.launch(&spec(2), &fence("c", 1, 2, 9)).await.unwrap()
+        );
         assert_eq!(first.to_string(), "id=noop-4f1c-1");
     }
 
     #[tokio::test]
-    async fn everything_runs_and_everything_stops() {
-        let driver = NoopDriver;
+    async fn everything_runs_until_removed_and_everything_stops() {
+        let driver = NoopDriver::new();
         assert_eq!(
             driver.inspect("4f1c", 3).await.unwrap(),
             ExecutionStatus::Running {
                 handle: NoopDriver::handle("4f1c", 3)
             }
         );
-        driver.stop("4f1c", 3, Duration::ZERO).await.unwrap();
-        driver.remove("4f1c").await.unwrap();
+        driver
+            .stop("4f1c", 3, Duration::ZERO, &fence("c", 1, 3, 7))
+            .await
+            .unwrap();
+        driver.remove("4f1c", &fence("c", 1, 3, 8)).await.unwrap();
+        assert_eq!(
+            driver.inspect("4f1c", 3).await.unwrap(),
+            ExecutionStatus::Absent
+        );
         assert!(driver.list().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn lower_fences_and_other_clusters_are_refused_equal_ones_admitted() {
+        let driver = NoopDriver::new();
+        driver
+            .launch(&spec(1), &fence("c", 2, 1, 10))
+            .await
+            .unwrap();
+        // The same operation again (a retry), and a later one of the same term.
+        driver
+            .launch(&spec(1), &fence("c", 2, 1, 10))
+            .await
+            .unwrap();
+        driver
+            .stop("4f1c", 1, Duration::ZERO, &fence("c", 2, 1, 12))
+            .await
+            .unwrap();
+        for (late, why) in [
+            (fence("c", 1, 1, 99), "a lower term"),
+            (
+                fence("c", 2, 1, 11),
+                "an earlier operation of the same term",
+            ),
+            (fence("other", 3, 1, 20), "another cluster"),
+        ] {
+            let error = driver
+                .stop("4f1c", 1, Duration::ZERO, &late)
+                .await
+                .unwrap_err();
+            assert!(error.is_fenced(), "{why}: {error}");
+        }
+        let mismatched = driver
+            .launch(&spec(2), &fence("c", 3, 1, 30))
+            .await
+            .unwrap_err();
+        assert!(mismatched.is_definite_no_effect(), "{mismatched}");
+    }
+
+    #[tokio::test]
+    async fn a_removed_sandbox_is_never_launched_again() {
+        let driver = NoopDriver::new();
+        driver.remove("4f1c", &fence("c", 1, 1, 4)).await.unwrap();
+        let error = driver
+            .launch(&spec(2), &fence("c", 9, 2, 50))
+            .await
+            .unwrap_err();
+        assert!(error.is_fenced(), "{error}");
     }
 }

@@ -8,6 +8,7 @@
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ChangeMembers;
@@ -19,6 +20,7 @@ use sha2::Digest;
 use tonic::{Code, Request, Response, Status};
 
 use crate::errors::{self, NO_LEADER};
+use crate::executor::Executor;
 use crate::replica::Replica;
 
 /// How long a membership change may take (a learner catching up included).
@@ -40,16 +42,17 @@ const TRANSFER_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct AdminService {
     replica: Replica,
+    executor: Arc<Executor>,
 }
 
 impl AdminService {
-    /// An admin service for `replica`.
-    pub fn new(replica: Replica) -> Self {
-        Self { replica }
+    /// An admin service for `replica`, whose executor is `executor`.
+    pub fn new(replica: Replica, executor: Arc<Executor>) -> Self {
+        Self { replica, executor }
     }
 
     fn info(&self) -> v1::ClusterInfo {
-        cluster_info(&self.replica)
+        cluster_info(&self.replica, &self.executor)
     }
 
     /// The leader's admin client when this replica does not lead.
@@ -86,7 +89,8 @@ impl AdminService {
 }
 
 /// This replica's view of the cluster.
-pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
+pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
+    let (orphans_found, orphans_reaped) = executor.orphan_counts();
     let metrics = replica.raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
@@ -111,11 +115,20 @@ pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
-    let (state_applied_index, state_digest) = replica.state.read(|applied| {
+    let (state_applied_index, state_digest, cluster_id) = replica.state.read(|applied| {
         let digest = serde_json::to_vec(&applied.state)
             .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
             .unwrap_or_default();
-        (applied.last_applied.map_or(0, |id| id.index), digest)
+        (
+            applied.last_applied.map_or(0, |id| id.index),
+            digest,
+            applied
+                .state
+                .cluster
+                .as_ref()
+                .map(|cluster| cluster.cluster_id.clone())
+                .unwrap_or_default(),
+        )
     });
     let projection = replica.projection.as_ref().map(|projection| {
         let status = projection.status();
@@ -144,6 +157,10 @@ pub fn cluster_info(replica: &Replica) -> v1::ClusterInfo {
         server_state: format!("{:?}", metrics.state),
         members,
         leader_address,
+        orphans_found,
+        orphans_reaped,
+        cluster_id,
+        executor_blocked: executor.blocked_reason().unwrap_or_default(),
     }
 }
 
@@ -382,5 +399,55 @@ impl ClusterAdmin for AdminService {
             ));
         }
         Ok(Response::new(self.info()))
+    }
+
+    async fn reconcile_orphans(
+        &self,
+        request: Request<v1::ReconcileOrphansRequest>,
+    ) -> Result<Response<v1::ReconcileOrphansReport>, Status> {
+        let request = request.into_inner();
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader.reconcile_orphans(request).await;
+        }
+        let Some(term) = self.replica.leading_term() else {
+            return Err(errors::unavailable(
+                NO_LEADER,
+                "this replica stopped leading while asked; retry",
+            ));
+        };
+        let report = self
+            .executor
+            .reconcile(term, request.dry_run)
+            .await
+            .map_err(|message| {
+                errors::unavailable(
+                    errors::LEADERSHIP_CHANGED,
+                    format!("reconciliation did not run: {message}; retry"),
+                )
+            })?;
+        let orphans = report
+            .orphans
+            .into_iter()
+            .map(|seen| v1::OrphanExecution {
+                sandbox_id: seen.orphan.sandbox_id,
+                generation: seen.orphan.generation,
+                reason: seen.orphan.reason.name().into(),
+                action: seen.orphan.action.name().into(),
+                seen_for_ms: u64::try_from(seen.seen_for.as_millis()).unwrap_or(u64::MAX),
+                due: seen.due,
+                reaped: matches!(seen.reaped, Some(Ok(()))),
+                error: match seen.reaped {
+                    Some(Err(error)) => error,
+                    _ => String::new(),
+                },
+            })
+            .collect();
+        Ok(Response::new(v1::ReconcileOrphansReport {
+            leader_id: self.replica.node_id,
+            dry_run: report.dry_run,
+            orphans,
+            orphans_found_total: report.found_total,
+            orphans_reaped_total: report.reaped_total,
+        }))
     }
 }

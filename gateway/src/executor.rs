@@ -33,14 +33,16 @@ use std::time::Duration;
 use openraft::LinearizerOption;
 use openraft::error::ClientWriteError;
 use openraft::impls::ProgressResponder;
-use palisade_lifecycle::{Command, LaunchResult, OperationKind, SandboxPhase};
+use palisade_lifecycle::{Command, CompletionOf, LaunchResult, OperationKind, SandboxPhase};
 use palisade_raft::hooks::{FaultPoint, FaultPoints};
 use palisade_raft::{NodeId, Raft, StateHandle};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use palisade_driver::{ComputeDriver, DriverError, ExecutionStatus, LaunchSpec};
+use palisade_driver::{ComputeDriver, DriverError, ExecutionStatus, Fence, LaunchSpec};
+
+use crate::reconcile::{ORPHANS_REAPED_PER_ROUND_MAX, Orphan, OrphanAction, orphans};
 
 /// How long a new leader's executor waits for openraft's metrics to show
 /// its leadership (they are published just after the leader-change
@@ -61,10 +63,18 @@ pub struct ExecutorConfig {
     /// How often the leader brings its clock into the state (expiring
     /// receipts and SSH sessions).
     pub tick_interval: Duration,
-    /// How long settled request receipts are kept (at least 24 h promised).
+    /// How long settled request receipts are kept, from their settlement.
+    /// Not applied directly: a leader whose value differs from the
+    /// replicated configuration proposes it at the start of its term
+    /// (`ConfigureReceiptRetention`), and apply clamps it to at least 24 h.
     pub receipt_retention: Duration,
     /// A driver call that has not answered by then counts as uncertain.
     pub driver_call_timeout: Duration,
+    /// How often the leader compares the driver's listing with the state to
+    /// find orphan executions (see [`crate::reconcile`]).
+    pub reconcile_interval: Duration,
+    /// How long an execution must be seen orphaned before it is reaped.
+    pub orphan_grace: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -77,6 +87,8 @@ impl Default for ExecutorConfig {
             tick_interval: Duration::from_secs(10),
             receipt_retention: Duration::from_secs(24 * 3600),
             driver_call_timeout: Duration::from_secs(60),
+            reconcile_interval: Duration::from_secs(10),
+            orphan_grace: Duration::from_secs(30),
         }
     }
 }
@@ -92,9 +104,58 @@ pub struct Executor {
     /// callbacks are plain `Fn` closures.
     running: Mutex<Option<watch::Sender<bool>>>,
     /// Test and chaos hook ([`palisade_raft::hooks`]), awaited after a
-    /// `Begin*` entry committed (before the effect) and after the effect
-    /// (before `Complete*` is proposed). Unset in production.
+    /// `Begin*` entry committed, right before the driver call and after the
+    /// effect (before `Complete*` is proposed). Unset in production.
     fault_points: OnceLock<Arc<dyn FaultPoints>>,
+    /// Sandboxes with an effect task alive, whatever term started it: one
+    /// effect per sandbox at a time, executor-wide and across terms. `std`
+    /// mutex: held for an insert or a remove, never across an await.
+    in_flight: Arc<Mutex<HashSet<String>>>,
+    /// The orphan reconciler's memory: when each orphan was first seen, and
+    /// counts. `std` mutex: never held across an await.
+    reconciler: Mutex<ReconcilerMemory>,
+    /// Why this replica, while it leads, performs no effect (its driver is
+    /// not the authority the cluster's executions live on); `None` when it
+    /// may act. Shown in `cluster status`.
+    blocked: Mutex<Option<String>>,
+}
+
+/// What the reconciler remembers between rounds.
+#[derive(Debug, Default)]
+struct ReconcilerMemory {
+    /// Orphans seen in the last round, with when they were first seen.
+    suspects: HashMap<(String, u64), tokio::time::Instant>,
+    /// Orphans found (first sightings) since this replica started.
+    found_total: u64,
+    /// Orphans reaped since this replica started.
+    reaped_total: u64,
+}
+
+/// One orphan in a reconciliation report.
+#[derive(Debug, Clone)]
+pub struct OrphanSeen {
+    /// The orphan and what reaping it means.
+    pub orphan: Orphan,
+    /// How long it has been seen orphaned.
+    pub seen_for: Duration,
+    /// Whether its grace period is over (a real round reaps it).
+    pub due: bool,
+    /// For a real round: whether it was reaped now (`Some(error)` if the
+    /// driver call failed).
+    pub reaped: Option<Result<(), String>>,
+}
+
+/// What a reconciliation round found (and, unless a dry run, did).
+#[derive(Debug, Clone, Default)]
+pub struct ReconcileReport {
+    /// Every orphan found, sorted by sandbox id and generation.
+    pub orphans: Vec<OrphanSeen>,
+    /// Whether this was a dry run (nothing done).
+    pub dry_run: bool,
+    /// Orphans found since this replica started.
+    pub found_total: u64,
+    /// Orphans reaped since this replica started.
+    pub reaped_total: u64,
 }
 
 impl Executor {
@@ -115,6 +176,9 @@ impl Executor {
             config,
             running: Mutex::new(None),
             fault_points: OnceLock::new(),
+            in_flight: Arc::default(),
+            reconciler: Mutex::default(),
+            blocked: Mutex::new(None),
         })
     }
 
@@ -216,8 +280,7 @@ impl Executor {
                 "metrics show this node's leadership",
             )
             .await;
-        // Sandboxes with an effect running; one effect per sandbox at a time.
-        let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+        let in_flight = self.in_flight.clone();
         let permits = Arc::new(Semaphore::new(self.config.effects_in_flight_max));
         let mut applied = self.state.subscribe();
         let mut tasks = JoinSet::new();
@@ -228,47 +291,56 @@ impl Executor {
         let mut observe_due = false;
         let mut tick = tokio::time::interval(self.config.tick_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reconcile = tokio::time::interval(self.config.reconcile_interval);
+        reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // At most one reconciliation round at a time, aborted with the term.
+        let mut reconciling: Option<tokio::task::JoinHandle<()>> = None;
         self.ensure_cluster_identity(term).await;
+        self.ensure_receipt_retention(term).await;
         loop {
             if *stop.borrow() || !self.still_leads(term) {
                 break;
             }
             let now = tokio::time::Instant::now();
             backoff_until.retain(|_, until| *until > now);
-            let work: Vec<Work> = self.state.read(|applied| {
-                applied
-                    .state
-                    .sandboxes
-                    .values()
-                    .filter_map(|sandbox| Work::for_sandbox(sandbox, observe_due))
-                    .collect()
-            });
+            let may_act = self.driver_matches_cluster(term).await;
+            let work: Vec<Work> = if !may_act {
+                Vec::new()
+            } else {
+                self.state.read(|applied| {
+                    let Some(cluster) = &applied.state.cluster else {
+                        // No identity yet (ensure_cluster_identity failed or is
+                        // not applied): nothing can carry a fence.
+                        return Vec::new();
+                    };
+                    applied
+                        .state
+                        .sandboxes
+                        .values()
+                        .filter_map(|sandbox| {
+                            Work::for_sandbox(sandbox, &cluster.cluster_id, observe_due)
+                        })
+                        .collect()
+                })
+            };
             observe_due = false;
             for work in work {
                 if backoff_until.contains_key(&work.sandbox_id) {
                     continue;
                 }
-                if !in_flight
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(work.sandbox_id.clone())
-                {
+                let Some(claim) = InFlight::claim(&in_flight, &work.sandbox_id) else {
                     continue;
-                }
+                };
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     break;
                 };
                 let this = self.clone();
-                let in_flight = in_flight.clone();
                 let span = info_span!("effect", sandbox_id = %work.sandbox_id, generation = work.generation, kind = ?work.kind);
                 tasks.spawn(
                     async move {
                         let sandbox_id = work.sandbox_id.clone();
                         let retry = this.perform(term, work).await;
-                        in_flight
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .remove(&sandbox_id);
+                        drop(claim);
                         drop(permit);
                         (sandbox_id, retry)
                     }
@@ -280,6 +352,19 @@ impl Executor {
                 changed = applied.changed() => { if changed.is_err() { break; } }
                 _ = observe.tick() => observe_due = true,
                 _ = tick.tick() => self.propose_tick(term).await,
+                _ = reconcile.tick(), if may_act => {
+                    if reconciling.as_ref().is_none_or(|round| round.is_finished()) {
+                        let this = self.clone();
+                        reconciling = Some(tokio::spawn(
+                            async move {
+                                if let Err(error) = this.reconcile(term, false).await {
+                                    debug!(%error, "reconciliation round skipped");
+                                }
+                            }
+                            .instrument(info_span!("reconcile", term)),
+                        ));
+                    }
+                }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Ok((sandbox_id, Retry::After)) = joined {
                         backoff_until.insert(sandbox_id, tokio::time::Instant::now() + self.config.retry_backoff);
@@ -287,9 +372,22 @@ impl Executor {
                 }
             }
         }
-        // Effects already running finish on their own; their completions are
-        // fenced by the term, so a late one is never appended.
-        tasks.detach_all();
+        // This term's effects are no longer ours: abort them (their claims
+        // are released as they drop). An effect already inside the driver may
+        // still land; the driver's fence refuses it once a newer leader
+        // acted, and its completion is fenced by the term.
+        // Planted bug (b), test-only: without its term fence the executor
+        // lets its old term's tasks run on (see `crate::planted`).
+        if crate::planted::skip_term_fence() {
+            tasks.detach_all();
+        } else {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        if let Some(round) = reconciling {
+            round.abort();
+        }
+        self.set_blocked(None);
         debug!("executor loop ended");
     }
 
@@ -303,12 +401,35 @@ impl Executor {
         let command = Command::InitializeCluster {
             cluster_id: uuid::Uuid::new_v4().to_string(),
             token_secret_hex: hex::encode(secret),
+            driver_identity: self.driver.identity().to_string(),
         };
         // Apply keeps the first identity only, so a duplicate is harmless.
         let _ = self.complete(term, command).await;
     }
 
-    /// Brings this leader's clock into the state.
+    /// Writes this leader's receipt retention into the replicated
+    /// configuration if it differs (after apply's clamp) from what the state
+    /// holds. The retention is then the same on every replica and only
+    /// changes through the log: the latest leader configured differently
+    /// wins, never below 24 h.
+    async fn ensure_receipt_retention(&self, term: u64) {
+        let ours = i64::try_from(self.config.receipt_retention.as_millis()).unwrap_or(i64::MAX);
+        let clamped = ours.clamp(
+            palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MIN,
+            palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MAX,
+        );
+        if self
+            .state
+            .read(|applied| applied.state.receipt_retention_ms() == clamped)
+        {
+            return;
+        }
+        let command = Command::ConfigureReceiptRetention { retention_ms: ours };
+        let _ = self.complete(term, command).await;
+    }
+
+    /// Proposes this leader's wall clock; apply moves the replicated clock
+    /// towards it by a bounded step (`TICK_STEP_MS_MAX`), never back.
     async fn propose_tick(&self, term: u64) {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -333,6 +454,250 @@ impl Executor {
                     message: format!("no answer within {timeout:?}"),
                 })
             })
+    }
+
+    /// Why this replica performs no effect although it leads, if it does
+    /// not (see [`Executor::driver_matches_cluster`]).
+    pub fn blocked_reason(&self) -> Option<String> {
+        self.blocked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_blocked(&self, reason: Option<String>) {
+        *self
+            .blocked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = reason;
+    }
+
+    /// Whether this replica's driver is the authority the cluster's
+    /// executions live on: the identity recorded in the state (recorded by
+    /// the first leader; adopted now if the cluster predates identities).
+    /// A leader on another host with its own process driver would see every
+    /// execution as absent and record sandboxes lost while they run, so it
+    /// performs no effect and says why.
+    async fn driver_matches_cluster(&self, term: u64) -> bool {
+        let recorded = self.state.read(|applied| {
+            applied
+                .state
+                .cluster
+                .as_ref()
+                .map(|cluster| cluster.driver_identity.clone())
+        });
+        let Some(recorded) = recorded else {
+            return false;
+        };
+        let ours = self.driver.identity().to_string();
+        if recorded.is_empty() {
+            let _ = self
+                .complete(
+                    term,
+                    Command::AdoptDriverIdentity {
+                        driver_identity: ours,
+                    },
+                )
+                .await;
+            return false; // decided again once the entry applied
+        }
+        if recorded != ours {
+            let reason = format!(
+                "this replica's {} driver has identity {ours}, but the cluster's executions \
+                 live on driver {recorded}: it performs no effect while it leads (the process \
+                 driver is single-host: run every replica on the host of the shared driver \
+                 directory, or use a driver with shared authority); transfer leadership to a \
+                 replica on that host",
+                self.driver.name()
+            );
+            if self.blocked_reason().as_deref() != Some(reason.as_str()) {
+                tracing::error!(node = self.node_id, term, "{reason}");
+            }
+            self.set_blocked(Some(reason));
+            return false;
+        }
+        self.set_blocked(None);
+        true
+    }
+
+    /// Orphans found and reaped since this replica started.
+    pub fn orphan_counts(&self) -> (u64, u64) {
+        let memory = self
+            .reconciler
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (memory.found_total, memory.reaped_total)
+    }
+
+    /// One reconciliation round as the leader of `term`: lists the driver,
+    /// then reads the state linearizably, finds orphans
+    /// ([`crate::reconcile::orphans`]) and — unless `dry_run` — reaps those
+    /// seen orphaned for the grace period, at most
+    /// [`ORPHANS_REAPED_PER_ROUND_MAX`] of them, each call fenced.
+    pub async fn reconcile(&self, term: u64, dry_run: bool) -> Result<ReconcileReport, String> {
+        let listed = self
+            .bounded(self.driver.list())
+            .await
+            .map_err(|error| format!("cannot list the driver's executions: {error}"))?;
+        if !self.confirm_leadership(term).await {
+            return Err(format!("not the leader of term {term}"));
+        }
+        let read = self
+            .raft
+            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .await
+            .map_err(|error| format!("cannot confirm the read: {error}"))?;
+        let read_index = read.log_id().index;
+        self.raft
+            .wait(Some(self.config.driver_call_timeout))
+            .applied_index_at_least(Some(read_index), "the reconciler's read is applied")
+            .await
+            .map_err(|error| format!("the read index was not applied in time: {error}"))?;
+        let (found, cluster_id) = self.state.read(|applied| {
+            (
+                orphans(
+                    &listed,
+                    &applied.state,
+                    applied.last_applied.map_or(0, |log_id| log_id.index),
+                ),
+                applied
+                    .state
+                    .cluster
+                    .as_ref()
+                    .map(|cluster| cluster.cluster_id.clone()),
+            )
+        });
+        let Some(cluster_id) = cluster_id else {
+            return Err("the cluster has no identity yet".into());
+        };
+        let now = tokio::time::Instant::now();
+        let mut report = {
+            let mut memory = self
+                .reconciler
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut seen = HashMap::new();
+            let mut orphans_seen = Vec::new();
+            for orphan in found {
+                let key = (orphan.sandbox_id.clone(), orphan.generation);
+                let first = match memory.suspects.get(&key) {
+                    Some(first) => *first,
+                    None => {
+                        if !dry_run {
+                            memory.found_total += 1;
+                        }
+                        now
+                    }
+                };
+                seen.insert(key, first);
+                let seen_for = now.duration_since(first);
+                orphans_seen.push(OrphanSeen {
+                    orphan,
+                    seen_for,
+                    due: seen_for >= self.config.orphan_grace,
+                    reaped: None,
+                });
+            }
+            if !dry_run {
+                memory.suspects = seen;
+            }
+            ReconcileReport {
+                orphans: orphans_seen,
+                dry_run,
+                found_total: memory.found_total,
+                reaped_total: memory.reaped_total,
+            }
+        };
+        if dry_run {
+            return Ok(report);
+        }
+        match self.bounded(self.driver.collect_tombstones()).await {
+            Ok(0) => {}
+            Ok(collected) => info!(collected, "tombstones past their retention collected"),
+            Err(error) => debug!(%error, "tombstones not collected this round"),
+        }
+        let mut reaped_now = 0;
+        for seen in report
+            .orphans
+            .iter_mut()
+            .filter(|seen| seen.due)
+            .take(ORPHANS_REAPED_PER_ROUND_MAX)
+        {
+            let orphan = &seen.orphan;
+            let fence = Fence {
+                cluster_id: cluster_id.clone(),
+                term,
+                sandbox_id: orphan.sandbox_id.clone(),
+                generation: orphan.generation,
+                operation_index: orphan.fence_index,
+            };
+            let result = match orphan.action {
+                OrphanAction::RemoveSandbox => {
+                    self.bounded(self.driver.remove(&orphan.sandbox_id, &fence))
+                        .await
+                }
+                OrphanAction::StopExecution => {
+                    self.bounded(self.driver.stop(
+                        &orphan.sandbox_id,
+                        orphan.generation,
+                        self.config.stop_grace,
+                        &fence,
+                    ))
+                    .await
+                }
+            };
+            match &result {
+                Ok(()) => {
+                    warn!(
+                        sandbox_id = %orphan.sandbox_id,
+                        generation = orphan.generation,
+                        reason = orphan.reason.name(),
+                        action = orphan.action.name(),
+                        "orphan execution reaped"
+                    );
+                    reaped_now += 1;
+                }
+                Err(error) => warn!(
+                    sandbox_id = %orphan.sandbox_id,
+                    generation = orphan.generation,
+                    %error,
+                    "orphan execution not reaped; next round tries again"
+                ),
+            }
+            seen.reaped = Some(result.map_err(|error| error.to_string()));
+        }
+        let mut memory = self
+            .reconciler
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        memory.reaped_total += reaped_now;
+        report.reaped_total = memory.reaped_total;
+        Ok(report)
+    }
+
+    /// Whether `work` is still what the state asks for: the same pending
+    /// operation (kind, generation, begin index), or for an inspection the
+    /// sandbox unchanged since it was read. Read right before the driver
+    /// call, so an operation superseded meanwhile is not carried out.
+    fn still_wanted(&self, work: &Work) -> bool {
+        self.state.read(|applied| {
+            applied
+                .state
+                .sandboxes
+                .get(&work.sandbox_id)
+                .is_some_and(|sandbox| match (&sandbox.operation, work.kind) {
+                    (Some(operation), Some(kind)) => {
+                        operation.kind == kind
+                            && operation.generation == work.generation
+                            && operation.begun_at_index == work.bound_to
+                    }
+                    (None, None) => {
+                        sandbox.phase == SandboxPhase::Ready
+                            && sandbox.resource_version == work.bound_to
+                    }
+                    _ => false,
+                })
+        })
     }
 
     /// Performs one effect and proposes its completion.
@@ -360,8 +725,34 @@ impl Executor {
         } else {
             debug!(term, "performing effect");
         }
+        if !self.still_wanted(&work) {
+            debug!("the operation changed since it was read: skipped");
+            return Retry::No;
+        }
+        if let Some(kind) = work.kind {
+            // Between the checks above and the driver call: only the driver's
+            // own fence protects what happens after this point.
+            self.fault_point(FaultPoint::BeforeEffect {
+                sandbox_id: work.sandbox_id.clone(),
+                operation: format!("{kind:?}"),
+                generation: work.generation,
+                term,
+            })
+            .await;
+        }
         let driver = &self.driver;
         let (sandbox_id, generation) = (work.sandbox_id.clone(), work.generation);
+        let fence = Fence {
+            cluster_id: work.cluster_id.clone(),
+            term,
+            sandbox_id: sandbox_id.clone(),
+            generation,
+            operation_index: work.bound_to,
+        };
+        let of = CompletionOf {
+            operation_index: work.bound_to,
+            term,
+        };
         match work.kind {
             Some(OperationKind::Create | OperationKind::Start) => {
                 let spec = LaunchSpec {
@@ -370,11 +761,12 @@ impl Executor {
                     command: work.command,
                     env: work.env,
                 };
-                let result = match self.bounded(driver.launch(&spec)).await {
+                let result = match self.bounded(driver.launch(&spec, &fence)).await {
                     Ok(handle) => LaunchResult::Running {
                         handle: handle.to_string(),
                         driver: driver.name().to_string(),
                     },
+                    Err(error) if error.is_fenced() => return fenced_out(&error),
                     Err(error) if error.is_definite_no_effect() => LaunchResult::Failed {
                         message: error.to_string(),
                     },
@@ -387,6 +779,7 @@ impl Executor {
                     term,
                     Command::CompleteLaunch {
                         sandbox_id,
+                        of,
                         generation,
                         result,
                     },
@@ -395,8 +788,13 @@ impl Executor {
             }
             Some(OperationKind::Stop) => {
                 let stopped = self
-                    .bounded(driver.stop(&sandbox_id, generation, self.config.stop_grace))
+                    .bounded(driver.stop(&sandbox_id, generation, self.config.stop_grace, &fence))
                     .await;
+                if let Err(error) = &stopped
+                    && error.is_fenced()
+                {
+                    return fenced_out(error);
+                }
                 let observed = self.bounded(driver.inspect(&sandbox_id, generation)).await;
                 // A confirmed stop is final (the driver returns only once the
                 // execution is gone). An unconfirmed one (its answer may have
@@ -414,6 +812,7 @@ impl Executor {
                     term,
                     Command::CompleteStop {
                         sandbox_id,
+                        of,
                         generation,
                         exit_code,
                     },
@@ -421,11 +820,15 @@ impl Executor {
                 .await
             }
             Some(OperationKind::Delete) => {
-                if let Err(error) = self.bounded(driver.remove(&sandbox_id)).await {
-                    warn!(%error, "removal not confirmed; will retry");
-                    return Retry::After;
+                match self.bounded(driver.remove(&sandbox_id, &fence)).await {
+                    Ok(()) => {}
+                    Err(error) if error.is_fenced() => return fenced_out(&error),
+                    Err(error) => {
+                        warn!(%error, "removal not confirmed; will retry");
+                        return Retry::After;
+                    }
                 }
-                self.complete(term, Command::CompleteDelete { sandbox_id })
+                self.complete(term, Command::CompleteDelete { sandbox_id, of })
                     .await
             }
             None => match self.bounded(driver.inspect(&sandbox_id, generation)).await {
@@ -434,6 +837,7 @@ impl Executor {
                         term,
                         Command::ObserveExit {
                             sandbox_id,
+                            of,
                             generation,
                             exit_code: code,
                         },
@@ -447,6 +851,7 @@ impl Executor {
                         term,
                         Command::ObserveLost {
                             sandbox_id,
+                            of,
                             generation,
                         },
                     )
@@ -474,7 +879,7 @@ impl Executor {
                 generation,
                 ..
             } => Some((sandbox_id.clone(), *generation)),
-            Command::CompleteDelete { sandbox_id } => Some((sandbox_id.clone(), 0)),
+            Command::CompleteDelete { sandbox_id, .. } => Some((sandbox_id.clone(), 0)),
             _ => None,
         };
         if let Some((sandbox_id, generation)) = effect_done {
@@ -532,27 +937,77 @@ enum Retry {
     After,
 }
 
+/// A driver call refused by its fence or a tombstone: a newer leader acted
+/// on the sandbox; this executor records nothing.
+fn fenced_out(error: &DriverError) -> Retry {
+    info!(%error, "fenced out by the driver: a newer leader acted; nothing recorded");
+    Retry::No
+}
+
+/// A claim on one sandbox in the executor-wide in-flight set, released when
+/// dropped — also when the task holding it is aborted.
+struct InFlight {
+    set: Arc<Mutex<HashSet<String>>>,
+    sandbox_id: String,
+}
+
+impl InFlight {
+    /// Claims `sandbox_id`, unless an effect task already holds it.
+    fn claim(set: &Arc<Mutex<HashSet<String>>>, sandbox_id: &str) -> Option<InFlight> {
+        let claimed = set
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(sandbox_id.to_string());
+        claimed.then(|| InFlight {
+            set: set.clone(),
+            sandbox_id: sandbox_id.to_string(),
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(&self.sandbox_id);
+    }
+}
+
 /// One unit of work for one sandbox: its pending operation, or (with
 /// `kind == None`) an inspection of its running execution.
 struct Work {
     sandbox_id: String,
+    cluster_id: String,
     generation: u64,
     kind: Option<OperationKind>,
+    /// What the work is bound to: the pending operation's begin index, or
+    /// for an inspection the sandbox's resource version when it was read.
+    /// It is the fence's operation index and the completion's binding.
+    bound_to: u64,
     command: Vec<String>,
     env: std::collections::BTreeMap<String, String>,
 }
 
 impl Work {
-    fn for_sandbox(sandbox: &palisade_lifecycle::Sandbox, observe_due: bool) -> Option<Work> {
-        let kind = match &sandbox.operation {
-            Some(op) => Some(op.kind),
-            None if observe_due && sandbox.phase == SandboxPhase::Ready => None,
+    fn for_sandbox(
+        sandbox: &palisade_lifecycle::Sandbox,
+        cluster_id: &str,
+        observe_due: bool,
+    ) -> Option<Work> {
+        let (kind, bound_to) = match &sandbox.operation {
+            Some(operation) => (Some(operation.kind), operation.begun_at_index),
+            None if observe_due && sandbox.phase == SandboxPhase::Ready => {
+                (None, sandbox.resource_version)
+            }
             None => return None,
         };
         Some(Work {
             sandbox_id: sandbox.id.clone(),
+            cluster_id: cluster_id.to_string(),
             generation: sandbox.execution.generation,
             kind,
+            bound_to,
             command: sandbox.spec.command.clone(),
             env: sandbox.spec.env.clone(),
         })

@@ -67,7 +67,9 @@
 //!   validation at the edge.
 //! - [`admin`]: `palisade.v1.ClusterAdmin`: cluster view and membership.
 //! - [`executor`]: turns committed operations into driver calls, fenced by
-//!   term.
+//!   term and by the driver's fence; runs the orphan reconciler.
+//! - [`reconcile`]: the reconciler's pure plan: which executions the state
+//!   does not account for, and what reaping each means.
 //! - [`projection`]: the optional PostgreSQL read projection
 //!   (`--postgres-url`).
 //! - [`edge`]: what every public and admin request passes first: one
@@ -88,6 +90,7 @@ pub mod founding;
 pub mod node;
 pub mod planted;
 pub mod projection;
+pub mod reconcile;
 pub mod replica;
 pub mod service;
 pub mod token;

@@ -422,7 +422,7 @@ pub async fn run_with_hooks(
             PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
         )))
         .add_service(crate::edge::single_message(
-            ClusterAdminServer::new(AdminService::new(replica.clone()))
+            ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
                 .max_decoding_message_size(REQUEST_BYTES_MAX),
         ))
         .add_service(PeerService::new(raft.clone()).into_server())

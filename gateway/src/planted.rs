@@ -13,9 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Planted bug (b): when set, the executor drops its term fence — before an
 /// effect or a completion it confirms that this replica leads, but not
-/// that it still leads in the term the work began in, and it proposes
-/// completions without `with_leader(term)`. A replica that lost leadership
-/// and won it back then carries out its old term's effects and completions.
+/// that it still leads in the term the work began in, it proposes
+/// completions without `with_leader(term)`, and it lets its old term's
+/// effect tasks run on instead of aborting them. A replica that lost
+/// leadership and won it back then carries out its old term's effects and
+/// completions.
 #[cfg(feature = "planted-bugs")]
 pub static SKIP_TERM_FENCE: AtomicBool = AtomicBool::new(false);
 

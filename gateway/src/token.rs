@@ -102,6 +102,7 @@ mod tests {
         ClusterIdentity {
             cluster_id: "c1".into(),
             token_secret_hex: secret.into(),
+            driver_identity: String::new(),
         }
     }
 

@@ -56,7 +56,7 @@ const ANSWER_HEADER_BYTES_MAX: usize = 8 * 1024;
 const ADMIN: &str = "/palisade.v1.ClusterAdmin/";
 
 /// Every method, as its HTTP/2 path.
-const METHODS: [&str; 22] = [
+const METHODS: [&str; 23] = [
     "/palisade.v1.Palisade/CreateSandbox",
     "/palisade.v1.Palisade/GetSandbox",
     "/palisade.v1.Palisade/ListSandboxes",
@@ -78,6 +78,7 @@ const METHODS: [&str; 22] = [
     "/palisade.v1.ClusterAdmin/PromoteLearner",
     "/palisade.v1.ClusterAdmin/RemoveMember",
     "/palisade.v1.ClusterAdmin/TransferLeader",
+    "/palisade.v1.ClusterAdmin/ReconcileOrphans",
     // Not a method: a path the router does not know.
     "/palisade.v1.Palisade/NoSuchMethod",
 ];
@@ -413,6 +414,10 @@ fn structured() -> BoxedStrategy<(&'static str, Vec<u8>)> {
         number_u64().prop_map(|node_id| (
             "TransferLeader",
             encoded(v1::TransferLeaderRequest { node_id })
+        )),
+        any::<bool>().prop_map(|dry_run| (
+            "ReconcileOrphans",
+            encoded(v1::ReconcileOrphansRequest { dry_run })
         )),
     ];
     prop_oneof![6 => palisade, 3 => owned, 3 => workspaces, 2 => admin]

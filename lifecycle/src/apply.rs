@@ -8,10 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::command::{Command, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+use crate::command::{
+    Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
+};
 use crate::limits::{
-    OPERATION_WAITERS_MAX, RECEIPTS_COUNT_MAX, RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX,
-    STATUS_MESSAGE_LENGTH_MAX, WORKSPACES_COUNT_MAX,
+    OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX, RECEIPT_RETENTION_MS_MIN, RECEIPTS_COUNT_MAX,
+    RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX, STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX,
+    WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
@@ -93,6 +96,12 @@ pub enum Outcome {
         sandbox_id: String,
         /// Session id.
         session_id: String,
+        /// The replicated clock when it was created.
+        #[serde(default)]
+        created_at_ms: i64,
+        /// When it expires on the replicated clock.
+        #[serde(default)]
+        expires_at_ms: i64,
     },
     /// An SSH session was revoked.
     SshSessionRevoked {
@@ -105,6 +114,9 @@ pub enum Outcome {
         sandbox_id: String,
         /// The new version.
         version: u64,
+        /// The replicated clock at the change.
+        #[serde(default)]
+        updated_at_ms: i64,
     },
     /// A time tick or cluster initialization was applied.
     Housekeeping,
@@ -216,9 +228,7 @@ fn truncate_message(mut message: String) -> String {
 /// on `state`, `position` and `command`.
 pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Response {
     let response = match command {
-        Command::CreateWorkspace { id, name, time_ms } => {
-            create_workspace(state, position, id, name, *time_ms)
-        }
+        Command::CreateWorkspace { id, name, .. } => create_workspace(state, position, id, name),
         Command::DeleteWorkspace { name } => delete_workspace(state, position, name),
         Command::BeginCreate { request, .. } => with_receipt(
             state,
@@ -267,37 +277,48 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
         ),
         Command::CompleteLaunch {
             sandbox_id,
+            of,
             generation,
             result,
-        } => complete_launch(state, position, sandbox_id, *generation, result),
+        } => complete_launch(state, position, sandbox_id, *of, *generation, result),
         Command::CompleteStop {
             sandbox_id,
+            of,
             generation,
             exit_code,
-        } => complete_stop(state, position, sandbox_id, *generation, *exit_code),
-        Command::CompleteDelete { sandbox_id } => complete_delete(state, sandbox_id),
+        } => complete_stop(state, position, sandbox_id, *of, *generation, *exit_code),
+        Command::CompleteDelete { sandbox_id, of } => complete_delete(state, sandbox_id, *of),
         Command::ObserveExit {
             sandbox_id,
+            of,
             generation,
             exit_code,
-        } => observe_exit(state, position, sandbox_id, *generation, Some(*exit_code)),
+        } => observe_exit(
+            state,
+            position,
+            sandbox_id,
+            *of,
+            *generation,
+            Some(*exit_code),
+        ),
         Command::ObserveLost {
             sandbox_id,
+            of,
             generation,
-        } => observe_exit(state, position, sandbox_id, *generation, None),
+        } => observe_exit(state, position, sandbox_id, *of, *generation, None),
         Command::CreateSshSession {
             target,
             session_id,
             token_sha256,
             expires_at_ms,
-            time_ms,
+            ttl_ms,
+            ..
         } => owned::create_ssh_session(
             state,
             target,
             session_id,
             token_sha256,
-            *expires_at_ms,
-            *time_ms,
+            owned::SessionExpiry::from_command(*ttl_ms, *expires_at_ms),
         ),
         Command::RevokeSshSession { target, session_id } => {
             owned::revoke_ssh_session(state, target, session_id)
@@ -306,25 +327,37 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             target,
             document,
             expected_version,
-            time_ms,
-        } => owned::set_policy(state, target, document, *expected_version, *time_ms),
+            ..
+        } => owned::set_policy(state, target, document, *expected_version),
         Command::InitializeCluster {
             cluster_id,
             token_secret_hex,
+            driver_identity,
         } => {
             if state.cluster.is_none() {
                 state.cluster = Some(ClusterIdentity {
                     cluster_id: cluster_id.clone(),
                     token_secret_hex: token_secret_hex.clone(),
+                    driver_identity: driver_identity.clone(),
                 });
             }
             Ok(Outcome::Housekeeping)
         }
-        Command::Tick {
-            now_ms,
-            receipt_retention_ms,
-        } => {
-            tick(state, *now_ms, *receipt_retention_ms);
+        Command::AdoptDriverIdentity { driver_identity } => {
+            if let Some(cluster) = &mut state.cluster
+                && cluster.driver_identity.is_empty()
+            {
+                cluster.driver_identity = driver_identity.clone();
+            }
+            Ok(Outcome::Housekeeping)
+        }
+        Command::Tick { now_ms, .. } => {
+            tick(state, *now_ms);
+            Ok(Outcome::Housekeeping)
+        }
+        Command::ConfigureReceiptRetention { retention_ms } => {
+            state.receipt_retention_ms =
+                (*retention_ms).clamp(RECEIPT_RETENTION_MS_MIN, RECEIPT_RETENTION_MS_MAX);
             Ok(Outcome::Housekeeping)
         }
     };
@@ -424,8 +457,10 @@ fn with_receipt(
         Receipt {
             rpc,
             payload_digest: request.payload_digest.clone(),
-            created_at_ms: request.time_ms,
+            created_at_ms: state.clock_ms,
             created_at_index: position.index,
+            settled_at_ms: (!matches!(result, ReceiptResult::Pending { .. }))
+                .then_some(state.clock_ms),
             result,
         },
     );
@@ -434,14 +469,17 @@ fn with_receipt(
 
 /// Settles the receipts of the requests waiting on `sandbox`'s operation
 /// (which just ended or was superseded) with `result`.
+/// Their retention counts from `clock_ms`, the replicated clock now.
 fn settle_waiters(
     receipts: &mut BTreeMap<String, Receipt>,
     operation: &Operation,
     result: &ReceiptResult,
+    clock_ms: i64,
 ) {
     for request_id in &operation.request_ids {
         if let Some(receipt) = receipts.get_mut(request_id) {
             receipt.result = result.clone();
+            receipt.settled_at_ms = Some(clock_ms);
         }
     }
 }
@@ -456,30 +494,40 @@ fn end_operation(state: &mut State, sandbox_id: &str) {
         return;
     };
     let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
-    settle_waiters(&mut state.receipts, &operation, &result);
+    settle_waiters(&mut state.receipts, &operation, &result, state.clock_ms);
 }
 
-fn tick(state: &mut State, now_ms: i64, receipt_retention_ms: i64) {
-    state.clock_ms = state.clock_ms.max(now_ms);
+/// Moves the replicated clock towards the leader's `now_ms`: never back,
+/// and forward by at most [`TICK_STEP_MS_MAX`], except on the first tick of
+/// a cluster (clock 0), which sets the epoch. Then expires what the clock
+/// passed: settled receipts older than the configured retention (counted
+/// from settlement) and SSH sessions past their expiry.
+fn tick(state: &mut State, now_ms: i64) {
+    state.clock_ms = if state.clock_ms == 0 {
+        now_ms.max(0)
+    } else {
+        state.clock_ms.saturating_add(
+            now_ms
+                .saturating_sub(state.clock_ms)
+                .clamp(0, TICK_STEP_MS_MAX),
+        )
+    };
     let clock = state.clock_ms;
+    let retention_ms = state.receipt_retention_ms();
     // Pending receipts are kept until their operation ends, however old.
-    state.receipts.retain(|_, receipt| {
-        matches!(receipt.result, ReceiptResult::Pending { .. })
-            || receipt.created_at_ms.saturating_add(receipt_retention_ms) > clock
-    });
+    state
+        .receipts
+        .retain(|_, receipt| match receipt.settled_at_ms() {
+            None => true,
+            Some(settled_at_ms) => settled_at_ms.saturating_add(retention_ms) > clock,
+        });
     state.ssh_sessions.retain(|_, sessions| {
         sessions.retain(|_, session| session.expires_at_ms > clock);
         !sessions.is_empty()
     });
 }
 
-fn create_workspace(
-    state: &mut State,
-    position: LogPosition,
-    id: &str,
-    name: &str,
-    time_ms: i64,
-) -> Response {
+fn create_workspace(state: &mut State, position: LogPosition, id: &str, name: &str) -> Response {
     if let Err(invalid) = validate::name("name", name) {
         return reject(
             Reason::InvalidArgument {
@@ -507,7 +555,7 @@ fn create_workspace(
             name: name.to_string(),
             phase: WorkspacePhase::Active,
             resource_version: position.index,
-            created_at_ms: time_ms,
+            created_at_ms: state.clock_ms,
         },
     );
     state.names.insert(name.to_string(), Default::default());
@@ -564,7 +612,7 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         spec,
         labels,
         annotations,
-        time_ms,
+        time_ms: _,
         host_identity,
         request: _,
     } = command
@@ -627,7 +675,7 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         labels: labels.clone(),
         annotations: annotations.clone(),
         resource_version: position.index,
-        created_at_ms: *time_ms,
+        created_at_ms: state.clock_ms,
         spec: spec.clone(),
         phase: SandboxPhase::Provisioning,
         execution: Execution {
@@ -849,6 +897,7 @@ fn begin_delete(
             );
         }
     }
+    let clock_ms = state.clock_ms;
     let sandbox = resolve_checked(state, target, expected_execution)?;
     if sandbox.phase == SandboxPhase::Deleting {
         return joined(sandbox);
@@ -867,22 +916,33 @@ fn begin_delete(
     );
     if let Some(superseded) = superseded {
         let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
-        settle_waiters(&mut state.receipts, &superseded, &result);
+        settle_waiters(&mut state.receipts, &superseded, &result, clock_ms);
     }
     response
 }
 
-fn operation_matches(sandbox: &Sandbox, kinds: &[OperationKind], generation: u64) -> bool {
-    sandbox
-        .operation
-        .as_ref()
-        .is_some_and(|op| kinds.contains(&op.kind) && op.generation == generation)
+/// Whether a completion proposed as `of` completes the sandbox's pending
+/// operation: one of `kinds`, for `generation`, begun at
+/// `of.operation_index` — not merely an operation of the same kind (a stop
+/// that ended and a new stop of the same generation are two operations).
+fn completes_pending(
+    sandbox: &Sandbox,
+    of: CompletionOf,
+    kinds: &[OperationKind],
+    generation: Option<u64>,
+) -> bool {
+    sandbox.operation.as_ref().is_some_and(|op| {
+        kinds.contains(&op.kind)
+            && generation.is_none_or(|generation| op.generation == generation)
+            && op.begun_at_index == of.operation_index
+    })
 }
 
 fn complete_launch(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     result: &LaunchResult,
 ) -> Response {
@@ -892,10 +952,11 @@ fn complete_launch(
     let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
         return ignored;
     };
-    if !operation_matches(
+    if !completes_pending(
         sandbox,
+        of,
         &[OperationKind::Create, OperationKind::Start],
-        generation,
+        Some(generation),
     ) {
         return ignored;
     }
@@ -922,6 +983,7 @@ fn complete_stop(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     exit_code: Option<i32>,
 ) -> Response {
@@ -931,7 +993,7 @@ fn complete_stop(
     let Some(sandbox) = state.sandboxes.get_mut(sandbox_id) else {
         return ignored;
     };
-    if !operation_matches(sandbox, &[OperationKind::Stop], generation) {
+    if !completes_pending(sandbox, of, &[OperationKind::Stop], Some(generation)) {
         return ignored;
     }
     sandbox.phase = SandboxPhase::Stopped;
@@ -943,18 +1005,14 @@ fn complete_stop(
     })
 }
 
-fn complete_delete(state: &mut State, sandbox_id: &str) -> Response {
+fn complete_delete(state: &mut State, sandbox_id: &str, of: CompletionOf) -> Response {
     let ignored = Ok(Outcome::Ignored {
         sandbox_id: sandbox_id.into(),
     });
     let Some(sandbox) = state.sandboxes.get(sandbox_id) else {
         return ignored;
     };
-    if !sandbox
-        .operation
-        .as_ref()
-        .is_some_and(|op| op.kind == OperationKind::Delete)
-    {
+    if !completes_pending(sandbox, of, &[OperationKind::Delete], None) {
         return ignored;
     }
     // One step removes the sandbox, its name and every owned record, however
@@ -986,6 +1044,7 @@ fn complete_delete(state: &mut State, sandbox_id: &str) -> Response {
         &ReceiptResult::Deleted {
             sandbox_id: sandbox_id.into(),
         },
+        state.clock_ms,
     );
     Ok(Outcome::Completed {
         sandbox_id: sandbox_id.into(),
@@ -999,6 +1058,7 @@ fn observe_exit(
     state: &mut State,
     position: LogPosition,
     sandbox_id: &str,
+    of: CompletionOf,
     generation: u64,
     exit_code: Option<i32>,
 ) -> Response {
@@ -1009,8 +1069,12 @@ fn observe_exit(
         return ignored;
     };
     // Only an execution that runs undisturbed can "exit on its own"; an exit
-    // during a stop or delete is that operation's business.
-    if sandbox.phase != SandboxPhase::Ready || sandbox.execution.generation != generation {
+    // during a stop or delete is that operation's business. An observation
+    // made before the sandbox last changed is about a state that is gone.
+    if sandbox.phase != SandboxPhase::Ready
+        || sandbox.execution.generation != generation
+        || sandbox.resource_version != of.operation_index
+    {
         return ignored;
     }
     sandbox.execution.exit_code = exit_code;

@@ -34,7 +34,8 @@ pub struct RequestMeta {
     pub id: String,
     /// Digest of the request payload, computed at the API edge.
     pub payload_digest: String,
-    /// Proposer's clock.
+    /// Proposer's clock, for the audit trail only: apply stamps times from
+    /// the replicated clock ([`State::clock_ms`](crate::State::clock_ms)).
     pub time_ms: i64,
 }
 
@@ -73,7 +74,7 @@ pub enum Command {
         id: String,
         /// DNS-1123 label.
         name: String,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
     },
     /// Delete an empty workspace.
@@ -96,7 +97,7 @@ pub enum Command {
         labels: BTreeMap<String, String>,
         /// Annotations.
         annotations: BTreeMap<String, String>,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
         /// The persistent SSH host identity, chosen by the proposer.
         host_identity: String,
@@ -140,10 +141,16 @@ pub enum Command {
         session_id: String,
         /// Hex SHA-256 of the token (the token itself never enters the log).
         token_sha256: String,
-        /// When the session expires.
+        /// The proposer's estimate of the expiry, for the audit trail; apply
+        /// uses it only for entries written before `ttl_ms` existed
+        /// (`ttl_ms` 0).
         expires_at_ms: i64,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
+        /// How long the session lives: it expires at the replicated clock at
+        /// apply plus this.
+        #[serde(default)]
+        ttl_ms: i64,
     },
     /// Revoke one SSH session.
     RevokeSshSession {
@@ -160,7 +167,7 @@ pub enum Command {
         document: String,
         /// Only if the current version is this one (0: no policy yet).
         expected_version: Option<u64>,
-        /// Proposer's clock.
+        /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
     },
     /// Record the cluster's identity (once; later ones are ignored).
@@ -169,19 +176,46 @@ pub enum Command {
         cluster_id: String,
         /// Hex of a random 32-byte secret.
         token_secret_hex: String,
+        /// The proposing leader's compute driver identity.
+        #[serde(default)]
+        driver_identity: String,
     },
-    /// The leader's clock, brought into the state: expires receipts older
-    /// than the retention and SSH sessions past their expiry.
+    /// Records the compute driver identity of a cluster initialized before
+    /// identities were recorded; ignored once one is recorded.
+    AdoptDriverIdentity {
+        /// The proposing leader's compute driver identity.
+        driver_identity: String,
+    },
+    /// The leader's clock, brought into the state: moves the replicated
+    /// clock towards it (never back, by at most
+    /// [`TICK_STEP_MS_MAX`](crate::limits::TICK_STEP_MS_MAX)), then expires
+    /// settled receipts older than the retention and SSH sessions past their
+    /// expiry.
     Tick {
         /// Leader's clock.
         now_ms: i64,
-        /// How long settled receipts are kept.
+        /// The proposing leader's retention flag, for the audit trail only:
+        /// apply uses the replicated configuration
+        /// ([`State::receipt_retention_ms`](crate::State::receipt_retention_ms)).
+        #[serde(default)]
         receipt_retention_ms: i64,
+    },
+    /// Sets the replicated receipt retention, clamped at apply to
+    /// [`RECEIPT_RETENTION_MS_MIN`](crate::limits::RECEIPT_RETENTION_MS_MIN)..=
+    /// [`RECEIPT_RETENTION_MS_MAX`](crate::limits::RECEIPT_RETENTION_MS_MAX).
+    /// A leader proposes it when its configured retention differs from the
+    /// state's.
+    ConfigureReceiptRetention {
+        /// How long a settled receipt is kept, from its settlement.
+        retention_ms: i64,
     },
     /// The driver finished launching `generation`.
     CompleteLaunch {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was launched.
         generation: u64,
         /// Running or failed.
@@ -191,6 +225,9 @@ pub enum Command {
     CompleteStop {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was stopped.
         generation: u64,
         /// Its exit status, if the driver saw one.
@@ -201,12 +238,18 @@ pub enum Command {
     CompleteDelete {
         /// Sandbox id.
         sandbox_id: String,
+        /// The operation this completes, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
     },
     /// The driver lost `generation`: it no longer runs and left no exit
     /// status (its supervisor was killed, the host rebooted).
     ObserveLost {
         /// Sandbox id.
         sandbox_id: String,
+        /// The sandbox as it was observed, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that was lost.
         generation: u64,
     },
@@ -214,6 +257,9 @@ pub enum Command {
     ObserveExit {
         /// Sandbox id.
         sandbox_id: String,
+        /// The sandbox as it was observed, and the term it is proposed in.
+        #[serde(default)]
+        of: CompletionOf,
         /// The generation that exited.
         generation: u64,
         /// Its exit status.
@@ -221,7 +267,87 @@ pub enum Command {
     },
 }
 
+/// What a completion or an observation is bound to, so apply can refuse one
+/// that is not about the sandbox as it is now (DESIGN.md section 6:
+/// "completions carry the operation they complete; apply refuses any
+/// other").
+///
+/// - `operation_index`: for `Complete*`, the log index of the entry that
+///   began the pending operation (`Operation::begun_at_index`); for
+///   `Observe*`, the sandbox's `resource_version` when the execution was
+///   observed, so an observation made before the sandbox changed is ignored.
+/// - `term`: the term of the leader whose executor performed the effect and
+///   proposes this (the term of its driver fence). Recorded for the audit
+///   trail; the term fence itself is `write(..).with_leader(term)` and the
+///   driver's fence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionOf {
+    /// See the type's doc.
+    pub operation_index: u64,
+    /// See the type's doc.
+    pub term: u64,
+}
+
+impl CompletionOf {
+    /// Not bound to anything: what an entry written before completions were
+    /// bound decodes to. Apply ignores it (the executor then completes the
+    /// operation again, bound).
+    pub const UNBOUND: CompletionOf = CompletionOf {
+        operation_index: 0,
+        term: 0,
+    };
+
+    /// Binds a completion to `sandbox`'s pending operation (unbound if none),
+    /// proposed in `term`.
+    pub fn pending(sandbox: &crate::Sandbox, term: u64) -> CompletionOf {
+        CompletionOf {
+            operation_index: sandbox
+                .operation
+                .as_ref()
+                .map_or(0, |operation| operation.begun_at_index),
+            term,
+        }
+    }
+
+    /// Binds an observation to `sandbox` as it is now, proposed in `term`.
+    pub fn observed(sandbox: &crate::Sandbox, term: u64) -> CompletionOf {
+        CompletionOf {
+            operation_index: sandbox.resource_version,
+            term,
+        }
+    }
+}
+
 impl Command {
+    /// This command with an unbound completion or observation bound to its
+    /// sandbox in `state` as it is now ([`CompletionOf::pending`] /
+    /// [`CompletionOf::observed`]), proposed in `term`; any other command as
+    /// it is. For scripted tests and tools that play the executor's part;
+    /// the executor itself binds to the state it read *before* the effect.
+    pub fn bound_to(mut self, state: &crate::State, term: u64) -> Command {
+        match &mut self {
+            Command::CompleteLaunch { sandbox_id, of, .. }
+            | Command::CompleteStop { sandbox_id, of, .. }
+            | Command::CompleteDelete { sandbox_id, of } => {
+                if *of == CompletionOf::UNBOUND
+                    && let Some(sandbox) = state.sandboxes.get(sandbox_id.as_str())
+                {
+                    *of = CompletionOf::pending(sandbox, term);
+                }
+            }
+            Command::ObserveExit { sandbox_id, of, .. }
+            | Command::ObserveLost { sandbox_id, of, .. } => {
+                if *of == CompletionOf::UNBOUND
+                    && let Some(sandbox) = state.sandboxes.get(sandbox_id.as_str())
+                {
+                    *of = CompletionOf::observed(sandbox, term);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+
     /// Short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
@@ -240,7 +366,9 @@ impl Command {
             Command::RevokeSshSession { .. } => "RevokeSshSession",
             Command::SetSandboxPolicy { .. } => "SetSandboxPolicy",
             Command::InitializeCluster { .. } => "InitializeCluster",
+            Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",
+            Command::ConfigureReceiptRetention { .. } => "ConfigureReceiptRetention",
         }
     }
 }

@@ -13,6 +13,23 @@
 //! read by the proposer) and the log position ([`LogPosition`]: index and
 //! term) of the entry being applied. Nothing else.
 //!
+//! # Replicated time
+//!
+//! Every time in the state is stamped at apply from the replicated clock,
+//! [`State::clock_ms`], never from a proposer's clock: a sandbox's and a
+//! workspace's `created_at_ms`, a policy's `updated_at_ms`, a receipt's
+//! `created_at_ms` and `settled_at_ms`, an SSH session's expiry (the clock
+//! plus the TTL its command carries). Commands carry durations; the
+//! proposer times some still carry (`time_ms`) are kept for the audit trail
+//! and never read by apply. Only `Tick` moves the clock: towards the
+//! leader's wall clock, never back, by at most
+//! [`TICK_STEP_MS_MAX`](limits::TICK_STEP_MS_MAX) per tick (the first tick
+//! of a cluster sets the epoch). So a replica whose clock is behind cannot
+//! age anything, and one leader's forward jump advances the clock by one
+//! step, not by the jump. Receipt retention is replicated configuration
+//! ([`State::receipt_retention_ms`], at least 24 h, clamped at apply),
+//! counted from a receipt's settlement; pending receipts never expire.
+//!
 //! # Deterministic and non-deterministic errors
 //!
 //! A rejected precondition (name taken, wrong phase, ...) is a
@@ -41,7 +58,7 @@ pub mod state;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
-pub use command::{Command, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+pub use command::{Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
 pub use state::{
     ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
     ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec,

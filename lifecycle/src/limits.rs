@@ -56,6 +56,22 @@ pub const OPERATION_WAITERS_MAX: usize = 64;
 /// Most runtime replacements of one sandbox under its restart policy, after
 /// which it stays in ERROR.
 pub const RESTARTS_MAX: u32 = 100;
+/// Largest step one `Tick` moves the replicated clock (`State::clock_ms`)
+/// forward: six default tick intervals (10 s). A leader whose wall clock
+/// jumped ahead moves the clock by this much per tick, not to its wall
+/// clock, so one jump cannot expire a whole retention window at once. After
+/// an outage of length D the clock lags by D and catches up at most six
+/// times faster than real time (with 10 s ticks), so a receipt settled
+/// during the catch-up is kept at least 24 h − 5/6·D of wall time: the price
+/// of not trusting any one leader's clock.
+pub const TICK_STEP_MS_MAX: i64 = 60_000;
+/// Shortest receipt retention: a settled receipt is kept at least this long
+/// (counted on the replicated clock from its settlement). A configured
+/// value below it is raised to it at apply.
+pub const RECEIPT_RETENTION_MS_MIN: i64 = 24 * 3600 * 1000;
+/// Longest receipt retention; a configured value above it is lowered to it
+/// at apply, so receipts cannot accumulate for ever.
+pub const RECEIPT_RETENTION_MS_MAX: i64 = 30 * 24 * 3600 * 1000;
 
 /// Largest request message a replica decodes (public and admin API). A
 /// larger one is refused with INVALID_ARGUMENT / REQUEST_TOO_LARGE before

@@ -1,10 +1,15 @@
 //! Owned records of a sandbox: SSH sessions and its policy. They live in
 //! maps keyed by sandbox id, so the entry that removes a sandbox removes
 //! all of them in one step, however many there are.
+//!
+//! Their times come from the replicated clock at apply: a session expires at
+//! `State::clock_ms` when it is created plus its TTL (the command carries the
+//! duration, not an instant), a policy's `updated_at_ms` is the clock at the
+//! change.
 
 use crate::apply::{Outcome, Reason, Rejection, Response, resolve_id};
 use crate::command::SandboxTarget;
-use crate::limits::SESSIONS_PER_SANDBOX_MAX;
+use crate::limits::{SESSION_TTL_SECONDS_MAX, SESSIONS_PER_SANDBOX_MAX};
 use crate::state::{SandboxPhase, SandboxPolicy, SshSession, State};
 use crate::validate;
 
@@ -15,14 +20,50 @@ fn reject(reason: Reason, message: impl Into<String>) -> Response {
     })
 }
 
+/// When a new session expires, as its command says.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SessionExpiry {
+    /// After this long on the replicated clock.
+    Ttl(i64),
+    /// At this instant: entries written before sessions carried a TTL.
+    Legacy(i64),
+}
+
+impl SessionExpiry {
+    /// From a `CreateSshSession`'s fields: a TTL of 0 is an old entry.
+    pub(crate) fn from_command(ttl_ms: i64, expires_at_ms: i64) -> SessionExpiry {
+        if ttl_ms == 0 {
+            SessionExpiry::Legacy(expires_at_ms)
+        } else {
+            SessionExpiry::Ttl(ttl_ms)
+        }
+    }
+}
+
 pub(crate) fn create_ssh_session(
     state: &mut State,
     target: &SandboxTarget,
     session_id: &str,
     token_sha256: &str,
-    expires_at_ms: i64,
-    time_ms: i64,
+    expiry: SessionExpiry,
 ) -> Response {
+    let created_at_ms = state.clock_ms;
+    let expires_at_ms = match expiry {
+        SessionExpiry::Ttl(ttl_ms)
+            if ttl_ms < 0 || ttl_ms > (SESSION_TTL_SECONDS_MAX * 1000) as i64 =>
+        {
+            return reject(
+                Reason::InvalidArgument {
+                    field: "ttl_ms".into(),
+                },
+                format!(
+                    "an SSH session lives 1 ms to {SESSION_TTL_SECONDS_MAX} s, not {ttl_ms} ms"
+                ),
+            );
+        }
+        SessionExpiry::Ttl(ttl_ms) => created_at_ms.saturating_add(ttl_ms),
+        SessionExpiry::Legacy(expires_at_ms) => expires_at_ms,
+    };
     let sandbox_id = resolve_id(state, target)?;
     let sandbox = &state.sandboxes[&sandbox_id];
     if sandbox.phase != SandboxPhase::Ready {
@@ -58,13 +99,15 @@ pub(crate) fn create_ssh_session(
             id: session_id.to_string(),
             sandbox_id: sandbox_id.clone(),
             token_sha256: token_sha256.to_string(),
-            created_at_ms: time_ms,
+            created_at_ms,
             expires_at_ms,
         },
     );
     Ok(Outcome::SshSessionCreated {
         sandbox_id,
         session_id: session_id.to_string(),
+        created_at_ms,
+        expires_at_ms,
     })
 }
 
@@ -97,7 +140,6 @@ pub(crate) fn set_policy(
     target: &SandboxTarget,
     document: &str,
     expected_version: Option<u64>,
-    time_ms: i64,
 ) -> Response {
     if let Err(invalid) = validate::policy_document(document) {
         return reject(
@@ -129,11 +171,12 @@ pub(crate) fn set_policy(
         SandboxPolicy {
             version,
             document: document.to_string(),
-            updated_at_ms: time_ms,
+            updated_at_ms: state.clock_ms,
         },
     );
     Ok(Outcome::PolicySet {
         sandbox_id,
         version,
+        updated_at_ms: state.clock_ms,
     })
 }

@@ -154,9 +154,10 @@ pub struct SshSession {
     pub sandbox_id: String,
     /// Hex SHA-256 of the session token.
     pub token_sha256: String,
-    /// Proposer's clock when it was created.
+    /// The replicated clock ([`State::clock_ms`]) when it was created.
     pub created_at_ms: i64,
-    /// When it stops being valid (removed by the next time tick after).
+    /// When it stops being valid on the replicated clock: creation plus the
+    /// session's TTL (removed by the first tick at or after it).
     pub expires_at_ms: i64,
 }
 
@@ -167,7 +168,7 @@ pub struct SandboxPolicy {
     pub version: u64,
     /// The policy document (opaque to Palisade).
     pub document: String,
-    /// Proposer's clock at the last change.
+    /// The replicated clock ([`State::clock_ms`]) at the last change.
     pub updated_at_ms: i64,
 }
 
@@ -180,6 +181,12 @@ pub struct ClusterIdentity {
     pub cluster_id: String,
     /// Hex of the 32-byte token secret.
     pub token_secret_hex: String,
+    /// The identity of the compute driver's authority the cluster runs
+    /// executions on (`ComputeDriver::identity`): a leader whose driver has
+    /// another identity (another host's process driver) must not act on
+    /// them. Empty until a leader records it.
+    #[serde(default)]
+    pub driver_identity: String,
 }
 
 /// Which RPC a receipt belongs to; a request id is bound to one RPC.
@@ -218,20 +225,41 @@ pub enum ReceiptResult {
     Rejected(crate::apply::Rejection),
 }
 
-/// What the cluster remembers of a request id, for at least the receipt
-/// retention (24 h by default).
+/// What the cluster remembers of a request id: while its operation is in
+/// flight, then for the receipt retention ([`State::receipt_retention_ms`],
+/// at least 24 h) counted on the replicated clock from its settlement.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {
     /// The RPC the request id was first used with.
     pub rpc: ReceiptRpc,
     /// Digest of the request's payload; a retry must match it.
     pub payload_digest: String,
-    /// Proposer's clock when the request was first applied.
+    /// The replicated clock ([`State::clock_ms`]) when the request was first
+    /// applied. Entries applied before replicated time hold the proposer's
+    /// clock here.
     pub created_at_ms: i64,
     /// Log index of the entry that first applied it.
     pub created_at_index: u64,
+    /// The replicated clock when its result became final (`None` while
+    /// pending); its retention counts from here. Absent from receipts
+    /// written before it existed: see [`Receipt::settled_at_ms`].
+    #[serde(default)]
+    pub settled_at_ms: Option<i64>,
     /// Its result, replayed to retries.
     pub result: ReceiptResult,
+}
+
+impl Receipt {
+    /// When its retention starts: `None` while its operation is pending
+    /// (kept however old). A settled receipt written before settlement was
+    /// recorded counts from its creation.
+    pub fn settled_at_ms(&self) -> Option<i64> {
+        match (&self.result, self.settled_at_ms) {
+            (ReceiptResult::Pending { .. }, _) => None,
+            (_, Some(settled_at_ms)) => Some(settled_at_ms),
+            (_, None) => Some(self.created_at_ms),
+        }
+    }
 }
 
 /// Kind of a lifecycle operation.
@@ -277,7 +305,7 @@ pub struct Sandbox {
     pub annotations: BTreeMap<String, String>,
     /// Log index of the entry that last changed it.
     pub resource_version: u64,
-    /// Proposer's clock when it was created.
+    /// The replicated clock ([`State::clock_ms`]) when it was created.
     pub created_at_ms: i64,
     /// What runs.
     pub spec: SandboxSpec,
@@ -320,9 +348,19 @@ pub struct State {
     /// The cluster's identity, once the first leader chose it.
     #[serde(default)]
     pub cluster: Option<ClusterIdentity>,
-    /// The latest time a leader's tick brought in (never goes back).
+    /// The replicated clock: moved only by `Tick`, never back and by at
+    /// most [`TICK_STEP_MS_MAX`](crate::limits::TICK_STEP_MS_MAX) per tick.
+    /// Every time in the state is stamped from it at apply.
     #[serde(default)]
     pub clock_ms: i64,
+    /// Replicated configuration: how long a settled receipt is kept, set by
+    /// `ConfigureReceiptRetention` and clamped at apply to
+    /// [`RECEIPT_RETENTION_MS_MIN`](crate::limits::RECEIPT_RETENTION_MS_MIN)..=
+    /// [`RECEIPT_RETENTION_MS_MAX`](crate::limits::RECEIPT_RETENTION_MS_MAX).
+    /// 0 (never configured) means the minimum: read it through
+    /// [`State::receipt_retention_ms`].
+    #[serde(default)]
+    pub receipt_retention_ms: i64,
 }
 
 impl Default for State {
@@ -351,7 +389,17 @@ impl State {
             receipts: BTreeMap::new(),
             cluster: None,
             clock_ms: 0,
+            receipt_retention_ms: 0,
         }
+    }
+
+    /// How long a settled receipt is kept: the configured retention, never
+    /// less than [`RECEIPT_RETENTION_MS_MIN`](crate::limits::RECEIPT_RETENTION_MS_MIN).
+    pub fn receipt_retention_ms(&self) -> i64 {
+        self.receipt_retention_ms.clamp(
+            crate::limits::RECEIPT_RETENTION_MS_MIN,
+            crate::limits::RECEIPT_RETENTION_MS_MAX,
+        )
     }
 
     /// The sandbox a name resolves to now.

@@ -108,6 +108,7 @@ fn command() -> impl Strategy<Value = Command> {
             token_sha256: "0".repeat(64),
             expires_at_ms: i64::from(s) * 10,
             time_ms: 0,
+            ttl_ms: i64::from(s) * 10,
         }),
         (target(), 0..4u32).prop_map(|(target, s)| Command::RevokeSshSession {
             target,
@@ -127,11 +128,13 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         (id.clone(), generation.clone()).prop_map(|(id, generation)| Command::ObserveLost {
             sandbox_id: id,
+            of: CompletionOf::UNBOUND,
             generation
         }),
         (id.clone(), generation.clone(), any::<bool>()).prop_map(|(id, generation, ok)| {
             Command::CompleteLaunch {
                 sandbox_id: id,
+                of: CompletionOf::UNBOUND,
                 generation,
                 result: if ok {
                     LaunchResult::Running {
@@ -147,13 +150,17 @@ fn command() -> impl Strategy<Value = Command> {
         }),
         (id.clone(), generation.clone()).prop_map(|(id, generation)| Command::CompleteStop {
             sandbox_id: id,
+            of: CompletionOf::UNBOUND,
             generation,
             exit_code: None
         }),
-        id.clone()
-            .prop_map(|id| Command::CompleteDelete { sandbox_id: id }),
+        id.clone().prop_map(|id| Command::CompleteDelete {
+            sandbox_id: id,
+            of: CompletionOf::UNBOUND
+        }),
         (id, generation, 0..3i32).prop_map(|(id, generation, code)| Command::ObserveExit {
             sandbox_id: id,
+            of: CompletionOf::UNBOUND,
             generation,
             exit_code: code
         }),
@@ -178,6 +185,9 @@ proptest! {
         let mut generations: HashMap<String, u64> = HashMap::new();
         for (at, command) in commands.iter().enumerate() {
             let position = LogPosition { index: at as u64 + 1, term: 1 };
+            // Most completions are bound to what is pending (as the executor
+            // binds them); the unbound ones exercise refusal.
+            let command = &if at % 4 == 0 { command.clone() } else { command.clone().bound_to(&state, 1) };
             let before = state.clone();
             let response = apply(&mut state, position, command);
             // Determinism: a second replica applying the same entry agrees.

@@ -13,7 +13,7 @@ fn fresh() -> RequestMeta {
     RequestMeta {
         id: format!("request-{id}"),
         payload_digest: format!("digest-{id}"),
-        time_ms: 1_000,
+        time_ms: EPOCH_MS,
     }
 }
 
@@ -57,7 +57,11 @@ impl Log {
         }
     }
 
+    /// Applies at the next index. Completions and observations written
+    /// unbound (`CompletionOf::UNBOUND`) are bound to the sandbox as it is
+    /// now, as the executor binds them to the state it read.
     fn apply(&mut self, command: Command) -> Response {
+        let command = command.bound_to(&self.state, 1);
         self.index += 1;
         let response = apply(
             &mut self.state,
@@ -87,7 +91,7 @@ fn create(id: &str, name: &str) -> Command {
         },
         labels: BTreeMap::new(),
         annotations: BTreeMap::new(),
-        time_ms: 1_000,
+        time_ms: EPOCH_MS,
         host_identity: format!("host-{id}"),
         request: fresh(),
     }
@@ -96,6 +100,7 @@ fn create(id: &str, name: &str) -> Command {
 fn launched(id: &str, generation: u64) -> Command {
     Command::CompleteLaunch {
         sandbox_id: id.into(),
+        of: CompletionOf::UNBOUND,
         generation,
         result: LaunchResult::Running {
             handle: format!("pid={generation}"),
@@ -143,6 +148,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: Some(143),
     })
@@ -168,6 +174,7 @@ fn create_stop_start_delete_walkthrough() {
     assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert!(log.state.sandboxes.is_empty());
@@ -225,6 +232,7 @@ fn delete_by_id_never_touches_a_same_name_replacement() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "x")).unwrap();
@@ -266,11 +274,13 @@ fn stale_completions_are_ignored() {
     // An exit observed for a stopped generation changes nothing either.
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert_eq!(
         log.apply(Command::ObserveExit {
             sandbox_id: "a1".into(),
+            of: CompletionOf::UNBOUND,
             generation: 1,
             exit_code: 0
         })
@@ -282,12 +292,111 @@ fn stale_completions_are_ignored() {
 }
 
 #[test]
+fn completions_are_bound_to_the_operation_they_complete() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    let create_index = log.index;
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(stop(by_name("demo"))).unwrap();
+    let stop_index = log.index;
+    let stopped = |operation_index: u64| Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf {
+            operation_index,
+            term: 1,
+        },
+        generation: 1,
+        exit_code: None,
+    };
+    // Right kind and generation, but another operation (the create's):
+    // ignored. Only the stop that is pending can be completed.
+    assert_eq!(
+        log.apply(stopped(create_index)).unwrap(),
+        Outcome::Ignored {
+            sandbox_id: "a1".into()
+        }
+    );
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopping);
+    assert_eq!(
+        log.apply(stopped(stop_index)).unwrap(),
+        Outcome::Completed {
+            sandbox_id: "a1".into()
+        }
+    );
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Stopped);
+
+    // A delete completion bound to no operation, or to another one, does
+    // not remove the sandbox.
+    log.apply(delete(by_name("demo"))).unwrap();
+    let delete_index = log.index;
+    for of in [
+        CompletionOf {
+            operation_index: stop_index,
+            term: 1,
+        },
+        CompletionOf {
+            operation_index: delete_index + 1,
+            term: 1,
+        },
+    ] {
+        assert_eq!(
+            log.apply(Command::CompleteDelete {
+                sandbox_id: "a1".into(),
+                of,
+            })
+            .unwrap(),
+            Outcome::Ignored {
+                sandbox_id: "a1".into()
+            }
+        );
+    }
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Deleting);
+}
+
+#[test]
+fn an_observation_of_a_sandbox_that_changed_since_is_ignored() {
+    let mut log = Log::new();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let observed = CompletionOf::observed(log.sandbox("a1"), 1);
+    // The sandbox changes after the executor read it (stopped and started
+    // again: generation 2 runs).
+    log.apply(stop(by_name("demo"))).unwrap();
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
+        generation: 1,
+        exit_code: None,
+    })
+    .unwrap();
+    log.apply(start(by_name("demo"))).unwrap();
+    log.apply(launched("a1", 2)).unwrap();
+    // A late "lost" observation made before all that is ignored, even if
+    // it names the current generation.
+    for generation in [1, 2] {
+        assert_eq!(
+            log.apply(Command::ObserveLost {
+                sandbox_id: "a1".into(),
+                of: observed,
+                generation,
+            })
+            .unwrap(),
+            Outcome::Ignored {
+                sandbox_id: "a1".into()
+            }
+        );
+    }
+    assert_eq!(log.sandbox("a1").phase, SandboxPhase::Ready);
+}
+
+#[test]
 fn exits_complete_or_fail_the_running_execution() {
     let mut log = Log::new();
     log.apply(create("a1", "ok")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 0,
     })
@@ -298,6 +407,7 @@ fn exits_complete_or_fail_the_running_execution() {
     log.apply(launched("b1", 1)).unwrap();
     log.apply(Command::ObserveExit {
         sandbox_id: "b1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 3,
     })
@@ -317,6 +427,7 @@ fn failed_launch_is_an_error_with_a_message() {
     log.apply(create("a1", "demo")).unwrap();
     log.apply(Command::CompleteLaunch {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         result: LaunchResult::Failed {
             message: "no such program: nope".into(),
@@ -411,6 +522,7 @@ fn workspaces_delete_only_when_empty_and_default_is_protected() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(Command::DeleteWorkspace {
@@ -469,6 +581,7 @@ fn request_ids_replay_the_original_result_exactly_once() {
     ));
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: Some(143),
     })
@@ -510,6 +623,7 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
     log.apply(stop(by_name("demo"))).unwrap();
     log.apply(Command::CompleteStop {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: None,
     })
@@ -542,6 +656,7 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "demo")).unwrap();
@@ -563,6 +678,7 @@ fn expected_sandbox_id_guards_delete_by_name() {
     log.apply(delete(SandboxTarget::Id("a1".into()))).unwrap();
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     log.apply(create("b1", "x")).unwrap();
@@ -581,15 +697,34 @@ fn expected_sandbox_id_guards_delete_by_name() {
     assert_eq!(log.sandbox("b1").phase, SandboxPhase::Provisioning);
 }
 
-fn session(name: &str, session_id: &str, expires_at_ms: i64) -> Command {
+/// An SSH session living `ttl_ms` on the replicated clock, proposed by a
+/// replica whose clock reads the epoch (its estimate of the expiry is for
+/// the audit trail only).
+fn session(name: &str, session_id: &str, ttl_ms: i64) -> Command {
     Command::CreateSshSession {
         target: by_name(name),
         session_id: session_id.into(),
         token_sha256: "0".repeat(64),
-        expires_at_ms,
-        time_ms: 0,
+        expires_at_ms: EPOCH_MS + ttl_ms,
+        time_ms: EPOCH_MS,
+        ttl_ms,
     }
 }
+
+/// A leader's tick at its wall clock `now_ms`, its local retention flag a
+/// day.
+fn tick(now_ms: i64) -> Command {
+    Command::Tick {
+        now_ms,
+        receipt_retention_ms: DAY_MS,
+    }
+}
+
+const MINUTE_MS: i64 = 60_000;
+const HOUR_MS: i64 = 60 * MINUTE_MS;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// A replicated clock epoch: 2026-01-01.
+const EPOCH_MS: i64 = 1_767_225_600_000;
 
 #[test]
 fn owned_records_go_with_their_sandbox_in_one_step() {
@@ -602,7 +737,7 @@ fn owned_records_go_with_their_sandbox_in_one_step() {
     );
     log.apply(launched("a1", 1)).unwrap();
     for at in 0..5_000 {
-        log.apply(session("demo", &format!("s{at}"), i64::MAX))
+        log.apply(session("demo", &format!("s{at}"), HOUR_MS))
             .unwrap();
     }
     log.apply(Command::SetSandboxPolicy {
@@ -617,6 +752,7 @@ fn owned_records_go_with_their_sandbox_in_one_step() {
     // One entry removes the sandbox, its name, 5,000 sessions and the policy.
     log.apply(Command::CompleteDelete {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
     assert!(log.state.ssh_sessions.is_empty());
@@ -628,7 +764,7 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
     let mut log = Log::new();
     log.apply(create("a1", "demo")).unwrap();
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(session("demo", "s1", i64::MAX)).unwrap();
+    log.apply(session("demo", "s1", HOUR_MS)).unwrap();
     log.apply(Command::RevokeSshSession {
         target: by_name("demo"),
         session_id: "s1".into(),
@@ -641,7 +777,7 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         })),
         Reason::SessionNotFound
     );
-    log.apply(session("demo", "s2", i64::MAX)).unwrap();
+    log.apply(session("demo", "s2", HOUR_MS)).unwrap();
     log.apply(stop(by_name("demo"))).unwrap();
     assert!(log.state.ssh_sessions.is_empty(), "stop revokes sessions");
 
@@ -655,7 +791,8 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         log.apply(set(None)).unwrap(),
         Outcome::PolicySet {
             sandbox_id: "a1".into(),
-            version: 1
+            version: 1,
+            updated_at_ms: 0,
         }
     );
     assert_eq!(
@@ -666,7 +803,8 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
         log.apply(set(Some(1))).unwrap(),
         Outcome::PolicySet {
             sandbox_id: "a1".into(),
-            version: 2
+            version: 2,
+            updated_at_ms: 0,
         }
     );
 }
@@ -674,38 +812,237 @@ fn stopping_revokes_sessions_and_policies_are_versioned() {
 #[test]
 fn ticks_expire_settled_receipts_and_sessions_only() {
     let mut log = Log::new();
-    log.apply(create("a1", "demo")).unwrap(); // a pending receipt, time 1_000
-    log.apply(create("a1", "demo")).unwrap_err(); // a settled rejection, time 1_000
+    // The first tick of a cluster sets the replicated clock's epoch.
+    log.apply(tick(EPOCH_MS)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS);
+    log.apply(create("a1", "demo")).unwrap(); // a pending receipt
+    log.apply(create("a1", "demo")).unwrap_err(); // a settled rejection
     assert_eq!(log.state.receipts.len(), 2);
+    assert_eq!(
+        log.sandbox("a1").created_at_ms,
+        EPOCH_MS,
+        "stamped at apply"
+    );
     log.apply(launched("a1", 1)).unwrap();
-    log.apply(session("demo", "short", 5_000)).unwrap();
-    log.apply(session("demo", "long", 50_000)).unwrap();
-    let day = 24 * 3600 * 1000;
-    log.apply(Command::Tick {
-        now_ms: 10_000,
-        receipt_retention_ms: day,
-    })
-    .unwrap();
+    log.apply(session("demo", "short", 4_000)).unwrap();
+    log.apply(session("demo", "long", 49_000)).unwrap();
+    assert_eq!(
+        log.state.ssh_sessions["a1"]["short"].expires_at_ms,
+        EPOCH_MS + 4_000,
+        "a session expires at the clock when applied plus its TTL"
+    );
+    log.apply(tick(EPOCH_MS + 10_000)).unwrap();
     assert_eq!(log.state.receipts.len(), 2, "nothing is a day old yet");
     assert_eq!(
         log.state.ssh_sessions["a1"].len(),
         1,
         "the short session expired"
     );
-    log.apply(Command::Tick {
-        now_ms: 1_000 + day,
-        receipt_retention_ms: day,
-    })
-    .unwrap();
+    // A day on the replicated clock, one tick a minute.
+    for minute in 1..=24 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert_eq!(log.state.clock_ms, EPOCH_MS + DAY_MS);
     assert!(log.state.receipts.is_empty());
     assert!(log.state.ssh_sessions.is_empty());
     // The clock never goes back.
-    log.apply(Command::Tick {
-        now_ms: 0,
-        receipt_retention_ms: day,
+    log.apply(tick(0)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS + DAY_MS);
+}
+
+/// Issue 14: a replica whose clock is a day behind received the delete (its
+/// request time says so) and later leads. Its receipt is still kept a full
+/// day from settlement, so the client's retry replays it instead of
+/// deleting the same-name replacement.
+#[test]
+fn a_clock_behind_replica_keeps_receipts_for_the_full_window() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let behind = RequestMeta {
+        id: "delete-demo".into(),
+        payload_digest: "digest-delete-demo".into(),
+        time_ms: EPOCH_MS - DAY_MS - HOUR_MS,
+    };
+    let delete_demo = Command::BeginDelete {
+        target: by_name("demo"),
+        expected_sandbox_id: None,
+        expected_execution: None,
+        request: behind,
+    };
+    log.apply(delete_demo.clone()).unwrap();
+    log.apply(Command::CompleteDelete {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
     })
     .unwrap();
-    assert_eq!(log.state.clock_ms, 1_000 + day);
+    assert_eq!(
+        log.state.receipts["delete-demo"].settled_at_ms,
+        Some(EPOCH_MS)
+    );
+    log.apply(create("b1", "demo")).unwrap();
+    log.apply(launched("b1", 1)).unwrap();
+    // The lagging replica leads now: its ticks do not move the clock back.
+    log.apply(tick(EPOCH_MS - DAY_MS)).unwrap();
+    assert_eq!(log.state.clock_ms, EPOCH_MS);
+    // A leader with a good clock ticks on, a minute at a time, for 23 h.
+    for minute in 1..=23 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(log.state.receipts.contains_key("delete-demo"));
+    // The client retries its delete by name: replayed, the replacement lives.
+    assert_eq!(
+        log.apply(delete_demo).unwrap(),
+        Outcome::Replayed {
+            request_id: "delete-demo".into()
+        }
+    );
+    assert_eq!(log.sandbox("b1").phase, SandboxPhase::Ready);
+    // A full day after its settlement, the receipt goes.
+    for minute in 23 * 60 + 1..=24 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(!log.state.receipts.contains_key("delete-demo"));
+}
+
+/// Issue 14: one leader's wall clock jumps two days ahead. The replicated
+/// clock moves by at most `TICK_STEP_MS_MAX` per tick, so a receipt settled
+/// a minute earlier and an hour-long SSH session both survive.
+#[test]
+fn a_forward_clock_jump_does_not_collapse_retention_or_sessions() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(session("demo", "s1", HOUR_MS)).unwrap();
+    log.apply(tick(EPOCH_MS + MINUTE_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1);
+
+    log.apply(tick(EPOCH_MS + 2 * DAY_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "the receipt is kept");
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 1, "the session lives");
+    assert_eq!(
+        log.state.clock_ms,
+        EPOCH_MS + MINUTE_MS + limits::TICK_STEP_MS_MAX
+    );
+
+    // The jumped leader keeps ticking; a session opened now lives its TTL.
+    log.apply(session("demo", "s2", HOUR_MS)).unwrap();
+    log.apply(tick(EPOCH_MS + 2 * DAY_MS + 10_000)).unwrap();
+    assert_eq!(log.state.ssh_sessions["a1"].len(), 2);
+    assert_eq!(log.state.receipts.len(), 1);
+}
+
+/// Issue 14: retention counts from settlement, not creation. A create that
+/// stays pending for 25 h keeps its receipt a full day after it settles.
+#[test]
+fn receipt_retention_counts_from_settlement() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    for minute in 1..=25 * 60 {
+        log.apply(tick(EPOCH_MS + minute * MINUTE_MS)).unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 1, "pending receipts never expire");
+    let settled_at = log.state.clock_ms;
+    log.apply(launched("a1", 1)).unwrap();
+    let receipt = log.state.receipts.values().next().unwrap();
+    assert_eq!(receipt.created_at_ms, EPOCH_MS);
+    assert_eq!(receipt.settled_at_ms, Some(settled_at));
+    log.apply(tick(settled_at + MINUTE_MS)).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "settled a minute ago: kept");
+    for minute in 2..=24 * 60 {
+        log.apply(tick(settled_at + minute * MINUTE_MS)).unwrap();
+    }
+    assert!(
+        log.state.receipts.is_empty(),
+        "a day after settlement: gone"
+    );
+}
+
+/// Issue 14: retention is replicated configuration, at least a day; a
+/// shorter one (in the configuration or a leader's flag) is raised to a day.
+#[test]
+fn receipt_retention_below_a_day_is_clamped() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS, "the default");
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: HOUR_MS,
+    })
+    .unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS);
+    log.apply(create("a1", "demo")).unwrap(); // pending
+    log.apply(create("a1", "demo")).unwrap_err(); // a rejection, settled now
+    for minute in 1..=2 * 60 {
+        log.apply(Command::Tick {
+            now_ms: EPOCH_MS + minute * MINUTE_MS,
+            receipt_retention_ms: HOUR_MS,
+        })
+        .unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 2, "kept past an hour");
+
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: 2 * DAY_MS,
+    })
+    .unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), 2 * DAY_MS);
+    log.apply(Command::ConfigureReceiptRetention {
+        retention_ms: i64::MAX,
+    })
+    .unwrap();
+    assert_eq!(
+        log.state.receipt_retention_ms(),
+        limits::RECEIPT_RETENTION_MS_MAX
+    );
+}
+
+/// Logs and snapshots written before replicated time still decode and
+/// apply: a session without a TTL keeps its absolute expiry, a settled
+/// receipt without a settlement time counts from its creation, a state
+/// without a configured retention keeps receipts a day.
+#[test]
+fn entries_and_snapshots_from_before_replicated_time_still_apply() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    let old_session: Command = serde_json::from_value(serde_json::json!({
+        "CreateSshSession": {
+            "target": {"Id": "a1"},
+            "session_id": "old",
+            "token_sha256": "0".repeat(64),
+            "expires_at_ms": EPOCH_MS + HOUR_MS,
+            "time_ms": EPOCH_MS,
+        }
+    }))
+    .unwrap();
+    log.apply(old_session).unwrap();
+    assert_eq!(
+        log.state.ssh_sessions["a1"]["old"].expires_at_ms,
+        EPOCH_MS + HOUR_MS
+    );
+
+    let mut snapshot = serde_json::to_value(&log.state).unwrap();
+    let object = snapshot.as_object_mut().unwrap();
+    object.remove("receipt_retention_ms");
+    for receipt in object["receipts"].as_object_mut().unwrap().values_mut() {
+        receipt.as_object_mut().unwrap().remove("settled_at_ms");
+    }
+    log.state = serde_json::from_value(snapshot).unwrap();
+    assert_eq!(log.state.receipt_retention_ms(), DAY_MS);
+    let receipt = log.state.receipts.values().next().unwrap();
+    assert_eq!(receipt.settled_at_ms, None);
+    assert_eq!(receipt.settled_at_ms(), Some(EPOCH_MS), "from creation");
+
+    let old_tick: Command = serde_json::from_value(serde_json::json!({
+        "Tick": {"now_ms": EPOCH_MS + MINUTE_MS, "receipt_retention_ms": 1}
+    }))
+    .unwrap();
+    log.apply(old_tick).unwrap();
+    assert_eq!(log.state.receipts.len(), 1, "a leader's flag is not used");
 }
 
 #[test]
@@ -720,6 +1057,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     let host = log.sandbox("a1").host_identity.clone();
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 1,
         exit_code: 1,
     })
@@ -735,6 +1073,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     // A lost execution is replaced too.
     log.apply(Command::ObserveLost {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 2,
     })
     .unwrap();
@@ -743,6 +1082,7 @@ fn restart_policy_replaces_executions_with_the_next_generation() {
     // A clean exit under OnFailure completes.
     log.apply(Command::ObserveExit {
         sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
         generation: 3,
         exit_code: 0,
     })
@@ -756,6 +1096,7 @@ fn the_cluster_identity_is_chosen_once() {
     let init = |secret: &str| Command::InitializeCluster {
         cluster_id: "c".into(),
         token_secret_hex: secret.into(),
+        driver_identity: String::new(),
     };
     log.apply(init("aa")).unwrap();
     log.apply(init("bb")).unwrap();

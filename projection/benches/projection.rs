@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use palisade_lifecycle::{Command, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget};
+use palisade_lifecycle::{
+    Command, CompletionOf, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget,
+};
 use palisade_projection::store::REMOVE_SANDBOXES_SQL;
 use palisade_projection::test_postgres::Durability;
 use palisade_projection::workload::Workload;
@@ -63,8 +65,9 @@ fn busy_sandbox(replica: &MemoryReplica, run: usize) -> Result<String> {
         })
         .1?;
     replica
-        .commit(Command::CompleteLaunch {
+        .commit_bound(Command::CompleteLaunch {
             sandbox_id: id.clone(),
+            of: CompletionOf::UNBOUND,
             generation: 1,
             result: LaunchResult::Running {
                 handle: "pid=1".into(),
@@ -80,6 +83,7 @@ fn busy_sandbox(replica: &MemoryReplica, run: usize) -> Result<String> {
                 token_sha256: "0".repeat(64),
                 expires_at_ms: i64::MAX,
                 time_ms: 2,
+                ttl_ms: 7 * 24 * 3600 * 1000,
             })
             .1?;
     }
@@ -216,8 +220,9 @@ async fn cleanup(replica: &MemoryReplica, projection: &Projection, runs: usize) 
                 .await?;
         anyhow::ensure!(sessions == 0 || sessions == SESSIONS_COUNT as i64);
         let started = Instant::now();
-        let (deleted, _) = replica.commit(Command::CompleteDelete {
+        let (deleted, _) = replica.commit_bound(Command::CompleteDelete {
             sandbox_id: id.clone(),
+            of: CompletionOf::UNBOUND,
         });
         projection.wait_for_index(deleted.index, WAIT).await?;
         result.projector.push(started.elapsed());

@@ -198,10 +198,12 @@ impl Subject {
             },
             Command::CompleteLaunch { sandbox_id, .. }
             | Command::CompleteStop { sandbox_id, .. }
-            | Command::CompleteDelete { sandbox_id }
+            | Command::CompleteDelete { sandbox_id, .. }
             | Command::ObserveLost { sandbox_id, .. }
             | Command::ObserveExit { sandbox_id, .. } => on(Some(sandbox_id.clone())),
-            Command::InitializeCluster { .. } => Subject::default(),
+            Command::InitializeCluster { .. }
+            | Command::AdoptDriverIdentity { .. }
+            | Command::ConfigureReceiptRetention { .. } => Subject::default(),
             Command::Tick { now_ms, .. } => Subject {
                 time_ms: Some(*now_ms),
                 tick: true,
@@ -578,7 +580,9 @@ impl ProjectedRows {
 mod tests {
     use std::collections::BTreeMap;
 
-    use palisade_lifecycle::{Command, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget};
+    use palisade_lifecycle::{
+        Command, CompletionOf, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget,
+    };
 
     use super::*;
 
@@ -586,6 +590,9 @@ mod tests {
     fn batch(shadow: &mut Shadow, commands: Vec<Command>) -> WritePlan {
         let mut changes = BatchChanges::default();
         for command in commands {
+            // Completions bound to the operation pending now, as the
+            // executor binds them.
+            let command = command.bound_to(&shadow.state, 1);
             let record = LogRecord {
                 position: LogPosition {
                     index: shadow.position.index + 1,
@@ -621,6 +628,7 @@ mod tests {
             },
             Command::CompleteLaunch {
                 sandbox_id: id.into(),
+                of: CompletionOf::UNBOUND,
                 generation: 1,
                 result: LaunchResult::Running {
                     handle: "pid=1".into(),
@@ -637,6 +645,7 @@ mod tests {
             token_sha256: "0".repeat(64),
             expires_at_ms: 1_000,
             time_ms: 1,
+            ttl_ms: 999,
         }
     }
 
@@ -700,6 +709,7 @@ mod tests {
                 },
                 Command::CompleteDelete {
                     sandbox_id: "a".into(),
+                    of: CompletionOf::UNBOUND,
                 },
             ],
         );
@@ -751,6 +761,7 @@ mod tests {
             vec![Command::InitializeCluster {
                 cluster_id: "cluster".into(),
                 token_secret_hex: "5ec2e7".repeat(10),
+                driver_identity: String::new(),
             }],
         );
         batch(&mut shadow, ready_sandbox("a"));
@@ -762,6 +773,7 @@ mod tests {
                 token_sha256: "d1".repeat(32),
                 expires_at_ms: 1_000,
                 time_ms: 1,
+                ttl_ms: 999,
             }],
         );
         let stored = String::from_utf8(shadow.encode().unwrap()).unwrap();

@@ -58,6 +58,17 @@ impl MemoryReplica {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Like [`MemoryReplica::commit`], with an unbound completion or
+    /// observation first bound to its sandbox as it is now
+    /// (`Command::bound_to`), as the executor would bind it.
+    pub fn commit_bound(&self, command: Command) -> (LogPosition, Response) {
+        let command = {
+            let inner = self.lock();
+            command.bound_to(&inner.state, inner.term)
+        };
+        self.commit(command)
+    }
+
     /// Commits and applies `command` as the next entry; returns its position
     /// and response.
     pub fn commit(&self, command: Command) -> (LogPosition, Response) {

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use palisade_lifecycle::{
-    Command, ExecutionRef, LaunchResult, OperationKind, RequestMeta, RestartPolicy, SandboxPhase,
-    SandboxSpec, SandboxTarget, State,
+    Command, CompletionOf, ExecutionRef, LaunchResult, OperationKind, RequestMeta, RestartPolicy,
+    SandboxPhase, SandboxSpec, SandboxTarget, State,
 };
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
@@ -272,6 +272,7 @@ impl Workload {
                 };
                 Command::CompleteLaunch {
                     sandbox_id: sandbox.id.clone(),
+                    of: CompletionOf::pending(sandbox, 1),
                     generation,
                     result,
                 }
@@ -284,6 +285,7 @@ impl Workload {
                 })?;
                 Command::CompleteStop {
                     sandbox_id: sandbox.id.clone(),
+                    of: CompletionOf::pending(sandbox, 1),
                     generation: sandbox.execution.generation,
                     exit_code: if self.rng.random_bool(0.5) {
                         Some(self.rng.random_range(0..3))
@@ -300,6 +302,7 @@ impl Workload {
                 })?;
                 Command::CompleteDelete {
                     sandbox_id: sandbox.id.clone(),
+                    of: CompletionOf::pending(sandbox, 1),
                 }
             }
             680..=719 => {
@@ -308,11 +311,13 @@ impl Workload {
                 if self.rng.random_bool(0.2) {
                     Command::ObserveLost {
                         sandbox_id: sandbox.id.clone(),
+                        of: CompletionOf::observed(sandbox, 1),
                         generation,
                     }
                 } else {
                     Command::ObserveExit {
                         sandbox_id: sandbox.id.clone(),
+                        of: CompletionOf::observed(sandbox, 1),
                         generation,
                         exit_code: self.rng.random_range(0..2),
                     }
@@ -321,12 +326,14 @@ impl Workload {
             720..=859 => {
                 let sandbox = self.pick(state, |s| s.phase == SandboxPhase::Ready)?;
                 let token: u128 = self.rng.random();
+                let ttl_ms = self.rng.random_range(1_000..120_000);
                 Command::CreateSshSession {
                     target: self.target(sandbox),
                     session_id: self.id(),
                     token_sha256: format!("{token:032x}{token:032x}"),
-                    expires_at_ms: self.clock_ms + self.rng.random_range(1_000..120_000),
+                    expires_at_ms: self.clock_ms + ttl_ms,
                     time_ms: self.clock_ms,
+                    ttl_ms,
                 }
             }
             860..=899 => {
@@ -368,6 +375,7 @@ impl Workload {
             _ => Command::InitializeCluster {
                 cluster_id: "workload-cluster".into(),
                 token_secret_hex: format!("{:064x}", self.rng.random::<u128>()),
+                driver_identity: String::new(),
             },
         };
         Some(command)

@@ -88,6 +88,19 @@ pub enum FaultPoint {
         /// The term the executor runs in.
         term: u64,
     },
+    /// The executor confirmed its leadership in its term and re-read the
+    /// pending operation, and is about to call the driver: the
+    /// check-then-act window that only the driver's own fence closes.
+    BeforeEffect {
+        /// Sandbox id.
+        sandbox_id: String,
+        /// Operation kind.
+        operation: String,
+        /// Target generation.
+        generation: u64,
+        /// The term the executor runs in.
+        term: u64,
+    },
     /// The executor performed the driver effect and is about to propose
     /// the matching `Complete*` entry.
     EffectDone {
@@ -115,11 +128,12 @@ pub enum FaultPoint {
 }
 
 impl FaultPoint {
-    /// Short name of the point: `begin-committed`, `effect-done`,
-    /// `forwarding`, `snapshot-install`.
+    /// Short name of the point: `begin-committed`, `before-effect`,
+    /// `effect-done`, `forwarding`, `snapshot-install`.
     pub fn name(&self) -> &'static str {
         match self {
             FaultPoint::BeginCommitted { .. } => "begin-committed",
+            FaultPoint::BeforeEffect { .. } => "before-effect",
             FaultPoint::EffectDone { .. } => "effect-done",
             FaultPoint::Forwarding { .. } => "forwarding",
             FaultPoint::SnapshotInstall { .. } => "snapshot-install",

@@ -356,7 +356,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                         };
                         // A delete's event carries the sandbox as it was last.
                         let before = match command {
-                            palisade_lifecycle::Command::CompleteDelete { sandbox_id } => {
+                            palisade_lifecycle::Command::CompleteDelete { sandbox_id, .. } => {
                                 guard.state.sandboxes.get(sandbox_id).cloned()
                             }
                             _ => None,

@@ -26,9 +26,12 @@
 //!   commands of the process driver's executions.
 //! - [`ports`]: free loopback ports.
 //! - [`logs`]: keeping replica logs of a failed test.
+//! - [`gate`]: a file-driven one-shot gate at the executor's before-effect
+//!   fault point, for tests of real processes (a `test-hooks` build only).
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod gate;
 pub mod logs;
 pub mod ports;
 pub mod probe;

@@ -161,7 +161,8 @@ pub fn kill_executions(driver_dir: &Path) {
     }
 }
 
-/// The generations the process driver keeps a directory for, by sandbox.
+/// The generations the process driver keeps a directory for, by sandbox
+/// (sandboxes with none left, i.e. removed ones, are not listed).
 pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
     let mut dirs = BTreeMap::new();
     for sandbox in std::fs::read_dir(driver_dir)
@@ -179,6 +180,10 @@ pub fn execution_dirs(driver_dir: &Path) -> BTreeMap<String, Vec<u64>> {
             .filter_map(|entry| entry.file_name().to_string_lossy().parse().ok())
             .collect();
         generations.sort_unstable();
+        if generations.is_empty() {
+            // A removed sandbox keeps only its lock, fence and tombstone.
+            continue;
+        }
         dirs.insert(
             sandbox.file_name().to_string_lossy().into_owned(),
             generations,

@@ -9,7 +9,8 @@
 //!
 //! It starts three replicas of the real `palisade` binary (`palisade
 //! gateway run`, through `palisade-testkit`; the `palisade` next to this
-//! binary, or `--palisade PATH`) with the `noop` compute driver, on free
+//! binary, or `--palisade PATH`) with the `noop` compute driver (or, with
+//! `--driver process`, the process driver: one idle shim per sandbox), on free
 //! loopback ports, with their data in a temporary directory, so what it
 //! measures is the control plane: validation, forwarding, Raft (fsync'd
 //! log), apply, the executor's completion round. Then:
@@ -52,7 +53,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
-/// Benchmark a three-replica Palisade cluster (noop driver) on loopback.
+/// Benchmark a three-replica Palisade cluster (noop driver unless
+/// `--driver process`) on loopback.
 #[derive(Debug, Parser)]
 #[command(name = "palisade-bench", long_about = None)]
 struct Args {
@@ -76,10 +78,32 @@ struct Args {
     /// Keep the temporary directory (replica logs) after the run.
     #[arg(long)]
     keep: bool,
+    /// The compute driver of the replicas: `noop` measures the control plane
+    /// alone; `process` runs a real (idle) shim process per sandbox.
+    #[arg(long, value_enum, default_value_t = Driver::Noop)]
+    driver: Driver,
     /// More `gateway run` flags for every replica, e.g.
     /// `--replica-arg=--election-timeout-min-ms=300` (repeatable).
     #[arg(long = "replica-arg", allow_hyphen_values = true)]
     replica_args: Vec<String>,
+}
+
+/// The compute drivers the benchmark can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Driver {
+    /// Runs nothing.
+    Noop,
+    /// One shim (idle command) per sandbox.
+    Process,
+}
+
+impl Driver {
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Noop => "noop",
+            Driver::Process => "process",
+        }
+    }
 }
 
 /// Connections per replica that the clients share (HTTP/2 multiplexes).
@@ -102,12 +126,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
-    let mut gateway_args = vec!["--driver".to_string(), "noop".to_string()];
+    let mut gateway_args = vec!["--driver".to_string(), args.driver.name().to_string()];
     gateway_args.extend(args.replica_args.iter().cloned());
     let mut cluster = start_cluster(palisade, &root, gateway_args)?;
     let leader = wait_ready(&cluster).await?;
     println!(
-        "palisade-bench: {REPLICAS} replicas (noop driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",
+        "palisade-bench: {REPLICAS} replicas ({} driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",
+        args.driver.name(),
         root.display()
     );
 

@@ -168,6 +168,15 @@ pub enum ClusterCommand {
         /// The voter to lead.
         node_id: u64,
     },
+    /// Find orphan executions — compute the state does not account for
+    /// (a sandbox that is gone, a stale generation) — and reap those seen
+    /// orphaned for the grace period (the leader also does this on its own
+    /// every few seconds). Exits 0 when the round ran.
+    Reconcile {
+        /// Only list what would be reaped; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 pub(crate) fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -507,6 +516,10 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                 "commit_index": info.commit_index,
                 "applied_index": info.applied_index,
                 "state_digest": info.state_digest,
+                "cluster_id": info.cluster_id,
+                "orphans_found": info.orphans_found,
+                "orphans_reaped": info.orphans_reaped,
+                "executor_blocked": (!info.executor_blocked.is_empty()).then_some(&info.executor_blocked),
                 "projection": info.projection.as_ref().map(|projection| json!({
                     "state": projection.state,
                     "projected_index": projection.projected_index,
@@ -597,6 +610,104 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                     .collect();
                 println!("members: {}", members.join(", "));
             }
+            for info in views.iter().filter_map(|(_, view)| view.as_ref().ok()) {
+                if !info.executor_blocked.is_empty() {
+                    println!(
+                        "node {}: performs no effect: {}",
+                        info.node_id, info.executor_blocked
+                    );
+                }
+                if info.orphans_found > 0 {
+                    println!(
+                        "node {}: orphan executions found {}, reaped {} (palisade cluster reconcile --dry-run lists them)",
+                        info.node_id, info.orphans_found, info.orphans_reaped
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Finds and reaps orphan executions (`cluster reconcile`), on the leader.
+async fn cluster_reconcile(
+    client: &mut Client,
+    output: Output,
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    let report = client
+        .admin(|mut admin| async move {
+            admin
+                .reconcile_orphans(v1::ReconcileOrphansRequest { dry_run })
+                .await
+        })
+        .await?;
+    match output {
+        Output::Json => print_json(&json!({
+            "leader_id": report.leader_id,
+            "dry_run": report.dry_run,
+            "orphans": report.orphans.iter().map(|orphan| json!({
+                "sandbox_id": orphan.sandbox_id,
+                "generation": orphan.generation,
+                "reason": orphan.reason,
+                "action": orphan.action,
+                "seen_for_ms": orphan.seen_for_ms,
+                "due": orphan.due,
+                "reaped": orphan.reaped,
+                "error": orphan.error,
+            })).collect::<Vec<_>>(),
+            "orphans_found_total": report.orphans_found_total,
+            "orphans_reaped_total": report.orphans_reaped_total,
+        })),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = report
+                .orphans
+                .iter()
+                .map(|orphan| {
+                    let outcome = if !orphan.error.is_empty() {
+                        format!("failed: {}", orphan.error)
+                    } else if orphan.reaped {
+                        "reaped".to_string()
+                    } else if report.dry_run && orphan.due {
+                        "would reap".to_string()
+                    } else if orphan.due {
+                        "due next round".to_string()
+                    } else {
+                        "in grace period".to_string()
+                    };
+                    vec![
+                        orphan.sandbox_id.clone(),
+                        orphan.generation.to_string(),
+                        orphan.reason.clone(),
+                        orphan.action.clone(),
+                        format!("{:.1}s", orphan.seen_for_ms as f64 / 1000.0),
+                        outcome,
+                    ]
+                })
+                .collect();
+            print_table(
+                &[
+                    "SANDBOX",
+                    "GENERATION",
+                    "REASON",
+                    "ACTION",
+                    "SEEN FOR",
+                    "OUTCOME",
+                ],
+                &rows,
+            );
+            println!(
+                "{} orphan(s){} — leader {}; found {} and reaped {} since it started",
+                report.orphans.len(),
+                if report.dry_run {
+                    " (dry run: nothing changed)"
+                } else {
+                    ""
+                },
+                report.leader_id,
+                report.orphans_found_total,
+                report.orphans_reaped_total
+            );
         }
     }
     Ok(())
@@ -652,6 +763,9 @@ async fn cluster_change(
             format!("node {node_id} now leads"),
         ),
         ClusterCommand::Status => unreachable!("status is handled by cluster_status"),
+        ClusterCommand::Reconcile { dry_run } => {
+            return cluster_reconcile(client, output, dry_run).await;
+        }
     };
     match output {
         Output::Json => print_json(&json!({

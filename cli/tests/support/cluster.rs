@@ -62,6 +62,12 @@ impl Cluster {
         Self::start_with_log(size, extra_args, "info,openraft=warn")
     }
 
+    /// Starts the cluster `spec` describes (tests that need environment
+    /// variables or other specifics).
+    pub fn start_spec(spec: ClusterSpec) -> Cluster {
+        Cluster(LocalCluster::start(spec).expect("start the cluster"))
+    }
+
     /// Like [`Cluster::start`], with `PALISADE_LOG=log_filter`.
     pub fn start_with_log(size: u64, extra_args: &[&str], log_filter: &str) -> Cluster {
         let spec = ClusterSpec::new(palisade(), size)
@@ -105,6 +111,40 @@ impl Cluster {
             .wait_caught_up(among, ELECTION_TIMEOUT)
             .await
             .unwrap_or_else(|error| panic!("{error}"));
+    }
+}
+
+impl Cluster {
+    /// Moves leadership to `target` through the CLI (retrying while the
+    /// cluster is busy) and waits until the replicas in `running` agree it
+    /// leads.
+    pub async fn transfer_leader(&self, running: &[u64], target: u64) -> u64 {
+        let endpoints = self.cli_endpoints(running);
+        let deadline = Instant::now() + ELECTION_TIMEOUT;
+        loop {
+            let output = cli_async(
+                &endpoints,
+                &["cluster", "transfer-leader", &target.to_string()],
+            )
+            .await;
+            if output.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "transfer-leader {target}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        loop {
+            let (leader, _) = self.wait_for_leader(running).await;
+            if leader == target {
+                return leader;
+            }
+            assert!(Instant::now() < deadline, "node {target} did not take over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! The gateway side of the process driver: [`ProcessDriver`] creates execution
-//! directories, starts shims through a launcher, observes, signals and removes
-//! executions, all through the shared driver directory.
+//! The gateway side of the process driver: [`ProcessDriver`] checks fences,
+//! creates execution directories, starts shims through a launcher, observes,
+//! signals and removes executions, and keeps tombstones, all through the shared
+//! driver directory.
 
 #![allow(unused_imports)]
 use std::ffi::{OsStr, OsString};
@@ -17,11 +18,15 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use std::os::unix::process::ExitStatusExt;
+use std::time::SystemTime;
+
 use crate::{
     ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
-    LaunchSpec,
+    Fence, LaunchSpec,
 };
 
+use super::fencing::*;
 use super::*;
 use super::{procfs::*, records::*, shim::*};
 
@@ -38,6 +43,14 @@ pub struct ProcessDriverTimeouts {
     pub kill_timeout: Duration,
     /// Grace between SIGTERM and SIGKILL when `remove` stops a running execution.
     pub remove_grace: Duration,
+    /// How long a call waits for a sandbox's lock held by another call (of this or
+    /// another gateway) before it gives up with an uncertain outcome.
+    pub lock_timeout: Duration,
+    /// How long a removed sandbox's tombstone (and highest fence) is kept before
+    /// [`ProcessDriver::collect_tombstones`] deletes it. Until then every launch of
+    /// the sandbox is refused; after, a launch delayed that long would not be. Keep
+    /// it far longer than any operation may stay pending (default: 7 days).
+    pub tombstone_retention: Duration,
 }
 
 impl Default for ProcessDriverTimeouts {
@@ -47,25 +60,32 @@ impl Default for ProcessDriverTimeouts {
             stop_poll_interval: Duration::from_millis(20),
             kill_timeout: Duration::from_secs(10),
             remove_grace: Duration::from_secs(2),
+            lock_timeout: SANDBOX_LOCK_TIMEOUT,
+            tombstone_retention: TOMBSTONE_RETENTION_DEFAULT,
         }
     }
 }
 
 /// The embedded default compute driver. Cheap to clone; holds no state besides its
-/// configuration, because the truth lives in the shared driver directory.
+/// configuration and the directory's identity, because the truth lives in the
+/// shared driver directory.
 #[derive(Clone, Debug)]
 pub struct ProcessDriver {
     driver_dir: PathBuf,
     shim_program: PathBuf,
+    driver_id: String,
     timeouts: ProcessDriverTimeouts,
 }
 
 impl ProcessDriver {
     /// A driver keeping executions under `driver_dir` (shared by every gateway on the
-    /// host) and starting shims with `shim_program`, the `palisade` binary (in
-    /// production `std::env::current_exe()`). `shim_program` should be an absolute
-    /// path: launchers run with `/` as their working directory.
-    pub fn new(driver_dir: PathBuf, shim_program: PathBuf) -> Self {
+    /// host; created if missing) and starting shims with `shim_program`, the
+    /// `palisade` binary (in production `std::env::current_exe()`). `shim_program`
+    /// should be an absolute path: launchers run with `/` as their working directory.
+    ///
+    /// Reads the directory's identity, creating it if this is the first driver to
+    /// open the directory; fails if the directory cannot be created or read.
+    pub fn new(driver_dir: PathBuf, shim_program: PathBuf) -> io::Result<Self> {
         // Launchers run in `/`, so relative paths would resolve elsewhere there. A bare
         // program name (no '/') is left for PATH lookup.
         let driver_dir = std::path::absolute(&driver_dir).unwrap_or(driver_dir);
@@ -74,11 +94,21 @@ impl ProcessDriver {
         } else {
             shim_program
         };
-        ProcessDriver {
+        let driver_id = load_or_create_identity(&driver_dir).map_err(|error| {
+            io::Error::new(
+                error.kind(),
+                format!(
+                    "cannot open the process driver directory {}: {error}",
+                    driver_dir.display()
+                ),
+            )
+        })?;
+        Ok(ProcessDriver {
             driver_dir,
             shim_program,
+            driver_id,
             timeouts: ProcessDriverTimeouts::default(),
-        }
+        })
     }
 
     /// The same driver with other time limits.
@@ -87,26 +117,100 @@ impl ProcessDriver {
         self
     }
 
-    /// Directory of one execution.
-    pub fn execution_dir(&self, sandbox_id: &str, generation: u64) -> PathBuf {
-        self.driver_dir
-            .join(sandbox_id)
-            .join(generation.to_string())
+    /// The shared driver directory.
+    pub fn driver_dir(&self) -> &Path {
+        &self.driver_dir
     }
 
-    async fn launch_execution(&self, spec: &LaunchSpec) -> Result<ExecutionHandle, DriverError> {
+    /// Directory of one sandbox: its executions, fence and tombstone.
+    pub fn sandbox_dir(&self, sandbox_id: &str) -> PathBuf {
+        self.driver_dir.join(sandbox_id)
+    }
+
+    /// Directory of one execution.
+    pub fn execution_dir(&self, sandbox_id: &str, generation: u64) -> PathBuf {
+        self.sandbox_dir(sandbox_id).join(generation.to_string())
+    }
+
+    /// The highest fence admitted for a sandbox, if any (for operators and tests).
+    pub async fn fence_of(&self, sandbox_id: &str) -> Result<Option<Fence>, DriverError> {
+        validate_sandbox_id(sandbox_id)?;
+        let sandbox_dir = self.sandbox_dir(sandbox_id);
+        blocking(move || {
+            read_fence(&sandbox_dir).map_err(|error| io_uncertain("reading", &sandbox_dir, error))
+        })
+        .await
+    }
+
+    /// The sandbox's tombstone, if it has one (for operators and tests).
+    pub async fn tombstone_of(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<Option<TombstoneRecord>, DriverError> {
+        validate_sandbox_id(sandbox_id)?;
+        let sandbox_dir = self.sandbox_dir(sandbox_id);
+        blocking(move || {
+            read_tombstone(&sandbox_dir)
+                .map_err(|error| io_uncertain("reading", &sandbox_dir, error))
+        })
+        .await
+    }
+
+    /// Deletes the directories of sandboxes whose tombstone is older than
+    /// [`ProcessDriverTimeouts::tombstone_retention`] and whose executions are all
+    /// gone, fence and tombstone included. Returns how many were deleted. Safe to
+    /// run from every replica at any time (each sandbox is collected under its
+    /// lock); run it now and then, e.g. hourly, or tombstones pile up.
+    pub async fn collect_tombstones(&self) -> Result<usize, DriverError> {
+        let driver = self.clone();
+        blocking(move || driver.collect_tombstones_blocking(SystemTime::now())).await
+    }
+
+    fn lock(&self, sandbox_dir: &Path) -> Result<SandboxLock, DriverError> {
+        lock_sandbox(
+            sandbox_dir,
+            self.timeouts.lock_timeout,
+            SANDBOX_LOCK_POLL_INTERVAL,
+        )
+        .map_err(|error| io_uncertain("locking", sandbox_dir, error))
+    }
+
+    /// `Uncertain` when the execution was recorded under another driver identity.
+    fn ensure_ours(&self, observation: &Observation, dir: &Path) -> Result<(), DriverError> {
+        match observation.recorded_by_other(&self.driver_id) {
+            None => Ok(()),
+            Some(other) => Err(recorded_elsewhere(dir, other, &self.driver_id)),
+        }
+    }
+
+    async fn launch_execution(
+        &self,
+        spec: &LaunchSpec,
+        fence: &Fence,
+    ) -> Result<ExecutionHandle, DriverError> {
         validate_spec(spec)?;
+        validate_fence(fence, &spec.sandbox_id, Some(spec.generation))?;
         let dir = self.execution_dir(&spec.sandbox_id, spec.generation);
         {
-            let driver_dir = self.driver_dir.clone();
-            let spec = spec.clone();
-            blocking(move || create_execution_dir(&driver_dir, &spec)).await?;
+            let (driver, spec, fence) = (self.clone(), spec.clone(), fence.clone());
+            blocking(move || driver.claim_generation(&spec, &fence)).await?;
         }
 
         let deadline = Instant::now() + self.timeouts.shim_start_timeout;
         let mut shim_started = false;
         loop {
             let observation = observe_blocking(dir.clone()).await?;
+            if !observation.exists {
+                // Only `remove` deletes a claimed generation, after its tombstone.
+                return Err(DriverError::Uncertain {
+                    message: format!(
+                        "{} vanished while launching (the sandbox is being removed?); a \
+                         repeated launch answers for sure",
+                        dir.display()
+                    ),
+                });
+            }
+            self.ensure_ours(&observation, &dir)?;
             if let Some(rejected) = &observation.rejected {
                 return Err(DriverError::Rejected {
                     message: rejected.message.clone(),
@@ -120,11 +224,26 @@ impl ProcessDriver {
                     || observation.exit.is_some()
                     || observation.shim_presence != Presence::Live
                 {
+                    if observation.command.is_none()
+                        && observation.exit.is_some()
+                        && self.is_tombstoned(&spec.sandbox_id).await?
+                    {
+                        // The shim refused to start the command (commands run only
+                        // once recorded): removed before it started.
+                        return Err(DriverError::Fenced {
+                            message: format!(
+                                "sandbox {} was removed before generation {} started; \
+                                 nothing ran",
+                                spec.sandbox_id, spec.generation
+                            ),
+                        });
+                    }
                     let handle = shim.handle();
                     tracing::info!(
                         sandbox_id = %spec.sandbox_id,
                         generation = spec.generation,
                         handle = %handle,
+                        %fence,
                         "execution launched"
                     );
                     return Ok(handle);
@@ -149,6 +268,39 @@ impl ProcessDriver {
             }
             tokio::time::sleep(self.timeouts.stop_poll_interval).await;
         }
+    }
+
+    /// The deciding step of `launch`, under the sandbox's lock: admit the fence,
+    /// claim the generation, then check the tombstone.
+    fn claim_generation(&self, spec: &LaunchSpec, fence: &Fence) -> Result<(), DriverError> {
+        let sandbox_dir = self.sandbox_dir(&spec.sandbox_id);
+        let lock = self.lock(&sandbox_dir)?;
+        admit_fence(&lock, &sandbox_dir, fence)?;
+        let created = create_execution_dir(&self.driver_dir, spec)?;
+        // Claim, then check (with `remove` writing the tombstone, then listing).
+        let tombstone = read_tombstone(&sandbox_dir)
+            .map_err(|error| io_uncertain("reading the tombstone of", &sandbox_dir, error))?;
+        let Some(tombstone) = tombstone else {
+            return Ok(());
+        };
+        if created {
+            // No shim was started for a directory this call just created: take it
+            // back, so nothing is left for `list` or a later shim to find.
+            let dir = self.execution_dir(&spec.sandbox_id, spec.generation);
+            fs::remove_dir_all(&dir)
+                .and_then(|()| sync_dir(&sandbox_dir))
+                .map_err(|error| io_uncertain("deleting", &dir, error))?;
+        }
+        Err(DriverError::Fenced {
+            message: format!(
+                "sandbox {} was removed ({}); generation {} is not launched",
+                spec.sandbox_id, tombstone.fence, spec.generation
+            ),
+        })
+    }
+
+    async fn is_tombstoned(&self, sandbox_id: &str) -> Result<bool, DriverError> {
+        Ok(self.tombstone_of(sandbox_id).await?.is_some())
     }
 
     /// Runs the launcher and waits for it; it exits as soon as the shim is started.
@@ -179,14 +331,39 @@ impl ProcessDriver {
         };
         match tokio::time::timeout(self.timeouts.shim_start_timeout, output).await {
             Ok(Ok(output)) if output.status.success() => Ok(()),
-            Ok(Ok(output)) => Err(DriverError::Rejected {
+            // Killed (by a signal) or never finished: it may have started the shim
+            // before it died, so only observation can tell.
+            Ok(Ok(output)) if output.status.signal().is_some() => Err(DriverError::Uncertain {
                 message: format!(
-                    "the shim launcher {} failed ({}): {}",
-                    self.shim_program.display(),
-                    output.status,
-                    String::from_utf8_lossy(&output.stderr).trim()
+                    "the shim launcher for {} was killed ({}); the shim may have started",
+                    dir.display(),
+                    output.status
                 ),
             }),
+            Ok(Ok(output)) => {
+                // It exited on its own with an error, so it started no shim; but
+                // another gateway's may have claimed the execution meanwhile.
+                let observation = observe_blocking(dir.to_path_buf()).await?;
+                if observation.shim.is_some() {
+                    return Ok(());
+                }
+                if !observation.exists {
+                    return Err(DriverError::Uncertain {
+                        message: format!(
+                            "{} vanished while launching (the sandbox is being removed?)",
+                            dir.display()
+                        ),
+                    });
+                }
+                Err(DriverError::Rejected {
+                    message: format!(
+                        "the shim launcher {} failed ({}): {}",
+                        self.shim_program.display(),
+                        output.status,
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    ),
+                })
+            }
             Ok(Err(error)) => Err(DriverError::Uncertain {
                 message: format!("waiting for the shim launcher failed: {error}"),
             }),
@@ -206,9 +383,11 @@ impl ProcessDriver {
     ) -> Result<ExecutionStatus, DriverError> {
         validate_sandbox_id(sandbox_id)?;
         let dir = self.execution_dir(sandbox_id, generation);
+        let observation = observe_blocking(dir.clone()).await?;
+        self.ensure_ours(&observation, &dir)?;
         blocking(move || {
-            observe(&dir)
-                .and_then(|observation| observation.status())
+            observation
+                .status()
                 .map_err(|error| io_uncertain("inspecting", &dir, error))
         })
         .await
@@ -219,26 +398,55 @@ impl ProcessDriver {
         sandbox_id: &str,
         generation: u64,
         grace: Duration,
+        fence: &Fence,
     ) -> Result<(), DriverError> {
         validate_sandbox_id(sandbox_id)?;
-        let dir = self.execution_dir(sandbox_id, generation);
+        validate_fence(fence, sandbox_id, Some(generation))?;
         let requested = {
-            let dir = dir.clone();
+            let (driver, sandbox_id, fence) = (self.clone(), sandbox_id.to_owned(), fence.clone());
             blocking(move || {
-                request_stop(&dir)
-                    .map_err(|error| io_uncertain("requesting a stop of", &dir, error))
+                // The deciding step, under the lock: admit the fence, mark stopping.
+                let sandbox_dir = driver.sandbox_dir(&sandbox_id);
+                let lock = driver.lock(&sandbox_dir)?;
+                admit_fence(&lock, &sandbox_dir, &fence)?;
+                driver.mark_stopping(&driver.execution_dir(&sandbox_id, generation))
             })
             .await?
         };
         if !requested {
             return Ok(()); // no such execution
         }
+        self.finish_stop(sandbox_id, generation, grace).await
+    }
 
+    /// Creates `stop-requested` in an execution recorded by this driver. Returns false
+    /// if the execution does not exist. Blocking.
+    fn mark_stopping(&self, dir: &Path) -> Result<bool, DriverError> {
+        let shim: Option<ShimRecord> = read_record(&dir.join(SHIM_FILE))
+            .map_err(|error| io_uncertain("reading the claim of", dir, error))?;
+        if let Some(shim) = shim
+            && shim.driver_id != self.driver_id
+        {
+            return Err(recorded_elsewhere(dir, &shim.driver_id, &self.driver_id));
+        }
+        request_stop(dir).map_err(|error| io_uncertain("requesting a stop of", dir, error))
+    }
+
+    /// After `stop-requested` exists: waits for a starting shim to report, then
+    /// SIGTERM, the grace, SIGKILL, until the execution's processes are gone.
+    async fn finish_stop(
+        &self,
+        sandbox_id: &str,
+        generation: u64,
+        grace: Duration,
+    ) -> Result<(), DriverError> {
+        let dir = self.execution_dir(sandbox_id, generation);
         // A shim that claimed the execution may be between its claim and starting the
         // command; wait until it says what it did, so there is something to signal.
         let deadline = Instant::now() + self.timeouts.shim_start_timeout;
         loop {
             let observation = observe_blocking(dir.clone()).await?;
+            self.ensure_ours(&observation, &dir)?;
             if observation.shim.is_none() {
                 // Any shim that claims it from now on sees stop-requested and never
                 // starts the command.
@@ -322,42 +530,137 @@ impl ProcessDriver {
         }
     }
 
-    async fn remove_sandbox(&self, sandbox_id: &str) -> Result<(), DriverError> {
+    async fn remove_sandbox(&self, sandbox_id: &str, fence: &Fence) -> Result<(), DriverError> {
         validate_sandbox_id(sandbox_id)?;
-        let sandbox_dir = self.driver_dir.join(sandbox_id);
-        let generations = {
-            let sandbox_dir = sandbox_dir.clone();
+        validate_fence(fence, sandbox_id, None)?;
+        let sandbox_dir = self.sandbox_dir(sandbox_id);
+        {
+            // Mark, then list: the tombstone is durable before anything is stopped,
+            // so a launch that claims a generation after this sees it.
+            let (driver, sandbox_dir, fence) = (self.clone(), sandbox_dir.clone(), fence.clone());
             blocking(move || {
-                generations_of(&sandbox_dir)
-                    .map_err(|error| io_uncertain("listing", &sandbox_dir, error))
+                let lock = driver.lock(&sandbox_dir)?;
+                admit_fence(&lock, &sandbox_dir, &fence)?;
+                write_tombstone(&lock, &sandbox_dir, &fence)
             })
-            .await?
-        };
-        for generation in generations {
-            self.stop_execution(sandbox_id, generation, self.timeouts.remove_grace)
-                .await?;
+            .await?;
         }
-        // Every execution is confirmed gone; only files remain.
-        let driver_dir = self.driver_dir.clone();
-        blocking(move || {
-            match fs::remove_dir_all(&sandbox_dir) {
-                Ok(()) => {}
-                Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(error) => return Err(io_uncertain("deleting", &sandbox_dir, error)),
+        // Stop everything, then delete the files under the lock. A shim started by a
+        // launch that claimed before the tombstone may claim its execution only now
+        // (it will not run the command: it checks the tombstone); then the deletion
+        // finds it busy, and the round is repeated.
+        let mut busy = String::new();
+        for _round in 0..REMOVE_ROUNDS_MAX {
+            let generations = {
+                let sandbox_dir = sandbox_dir.clone();
+                blocking(move || {
+                    generations_of(&sandbox_dir)
+                        .map_err(|error| io_uncertain("listing", &sandbox_dir, error))
+                })
+                .await?
+            };
+            for generation in generations {
+                let requested = {
+                    let (driver, dir) = (self.clone(), self.execution_dir(sandbox_id, generation));
+                    blocking(move || driver.mark_stopping(&dir)).await?
+                };
+                if requested {
+                    self.finish_stop(sandbox_id, generation, self.timeouts.remove_grace)
+                        .await?;
+                }
             }
-            sync_dir(&driver_dir).map_err(|error| io_uncertain("syncing", &driver_dir, error))
+            // Every execution is confirmed gone; only files remain.
+            let (driver, sandbox_dir) = (self.clone(), sandbox_dir.clone());
+            let deleted = blocking(move || {
+                let lock = driver.lock(&sandbox_dir)?;
+                delete_executions(&lock, &sandbox_dir, &driver.driver_id)
+            })
+            .await?;
+            match deleted {
+                Deletion::Done => {
+                    tracing::info!(sandbox_id, %fence, "sandbox removed (tombstone kept)");
+                    return Ok(());
+                }
+                Deletion::Busy(reason) => busy = reason,
+            }
+            tokio::time::sleep(self.timeouts.stop_poll_interval).await;
+        }
+        Err(DriverError::Uncertain {
+            message: format!(
+                "removing sandbox {sandbox_id}: its executions kept changing ({busy}); retry"
+            ),
         })
-        .await?;
-        tracing::info!(sandbox_id, "sandbox removed");
-        Ok(())
     }
 
     async fn list_executions(&self) -> Result<Vec<(String, u64, ExecutionStatus)>, DriverError> {
-        let driver_dir = self.driver_dir.clone();
+        let (driver_dir, driver_id) = (self.driver_dir.clone(), self.driver_id.clone());
         blocking(move || {
-            list_blocking(&driver_dir).map_err(|error| io_uncertain("listing", &driver_dir, error))
+            list_blocking(&driver_dir, &driver_id)
+                .map_err(|error| io_uncertain("listing", &driver_dir, error))
         })
         .await
+    }
+
+    fn collect_tombstones_blocking(&self, now: SystemTime) -> Result<usize, DriverError> {
+        let uncertain = |error| io_uncertain("collecting tombstones in", &self.driver_dir, error);
+        let entries = match fs::read_dir(&self.driver_dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(error) => return Err(uncertain(error)),
+        };
+        let retention_ms =
+            u64::try_from(self.timeouts.tombstone_retention.as_millis()).unwrap_or(u64::MAX);
+        let now_ms = unix_ms(now);
+        let is_old = |tombstone: &TombstoneRecord| {
+            now_ms.saturating_sub(tombstone.removed_at_unix_ms) >= retention_ms
+        };
+        let mut collected = 0;
+        for (walked, entry) in entries.enumerate() {
+            if walked >= SANDBOXES_COLLECTED_MAX {
+                break; // the next run goes on
+            }
+            let entry = entry.map_err(uncertain)?;
+            let Some(sandbox_id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if validate_sandbox_id(&sandbox_id).is_err()
+                || !entry.file_type().map_err(uncertain)?.is_dir()
+            {
+                continue;
+            }
+            let sandbox_dir = entry.path();
+            match read_tombstone(&sandbox_dir).map_err(uncertain)? {
+                Some(tombstone) if is_old(&tombstone) => {}
+                _ => continue,
+            }
+            let lock = self.lock(&sandbox_dir)?;
+            // Under the lock, the directory is still the tombstoned one (collection is
+            // the only thing that deletes a tombstone).
+            if !read_tombstone(&sandbox_dir)
+                .map_err(uncertain)?
+                .is_some_and(|tombstone| is_old(&tombstone))
+            {
+                continue;
+            }
+            match delete_executions(&lock, &sandbox_dir, &self.driver_id) {
+                Ok(Deletion::Done) => {}
+                Ok(Deletion::Busy(reason)) => {
+                    tracing::warn!(sandbox_id, reason, "tombstone kept: executions remain");
+                    continue;
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox_id, %error, "tombstone kept: executions remain");
+                    continue;
+                }
+            }
+            fs::remove_dir_all(&sandbox_dir)
+                .and_then(|()| sync_dir(&self.driver_dir))
+                .map_err(|error| io_uncertain("deleting", &sandbox_dir, error))?;
+            drop(lock);
+            tracing::info!(sandbox_id, "tombstone collected");
+            collected += 1;
+        }
+        Ok(collected)
     }
 }
 
@@ -366,8 +669,16 @@ impl ComputeDriver for ProcessDriver {
         "process"
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> DriverFuture<'a, ExecutionHandle> {
-        Box::pin(self.launch_execution(spec))
+    fn identity(&self) -> &str {
+        &self.driver_id
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec,
+        fence: &'a Fence,
+    ) -> DriverFuture<'a, ExecutionHandle> {
+        Box::pin(self.launch_execution(spec, fence))
     }
 
     fn inspect<'a>(
@@ -383,29 +694,35 @@ impl ComputeDriver for ProcessDriver {
         sandbox_id: &'a str,
         generation: u64,
         grace: Duration,
+        fence: &'a Fence,
     ) -> DriverFuture<'a, ()> {
-        Box::pin(self.stop_execution(sandbox_id, generation, grace))
+        Box::pin(self.stop_execution(sandbox_id, generation, grace, fence))
     }
 
-    fn remove<'a>(&'a self, sandbox_id: &'a str) -> DriverFuture<'a, ()> {
-        Box::pin(self.remove_sandbox(sandbox_id))
+    fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()> {
+        Box::pin(self.remove_sandbox(sandbox_id, fence))
     }
 
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
         Box::pin(self.list_executions())
+    }
+
+    fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
+        Box::pin(ProcessDriver::collect_tombstones(self))
     }
 }
 
 // ---------------------------------------------------------------------------------
 // Driver-side file operations (blocking; run through `blocking`)
 
-/// Creates the execution directory with its spec, unless it exists. A second launch
-/// with a different spec for the same generation is refused: generations are never
-/// reused, so that is a caller bug, not something to paper over.
+/// Creates the execution directory with its spec, unless it exists. Returns whether
+/// this call created it. A second launch with a different spec for the same
+/// generation is refused: generations are never reused, so that is a caller bug, not
+/// something to paper over.
 pub(super) fn create_execution_dir(
     driver_dir: &Path,
     spec: &LaunchSpec,
-) -> Result<(), DriverError> {
+) -> Result<bool, DriverError> {
     let sandbox_dir = driver_dir.join(&spec.sandbox_id);
     let dir = sandbox_dir.join(spec.generation.to_string());
     let uncertain = |error: io::Error| io_uncertain("creating", &dir, error);
@@ -421,7 +738,7 @@ pub(super) fn create_execution_dir(
         match renamed {
             Ok(()) => {
                 sync_dir(&sandbox_dir).map_err(uncertain)?;
-                return Ok(());
+                return Ok(true);
             }
             // Another launch renamed its directory into place first (renaming onto a
             // directory that holds a spec fails): use theirs.
@@ -441,7 +758,7 @@ pub(super) fn create_execution_dir(
     }
     let existing: Option<LaunchSpec> = read_record(&dir.join(SPEC_FILE)).map_err(uncertain)?;
     match existing {
-        Some(existing) if existing == *spec => Ok(()),
+        Some(existing) if existing == *spec => Ok(false),
         Some(_) => Err(DriverError::Rejected {
             message: format!(
                 "generation {} of sandbox {} was already launched with a different spec",
@@ -504,7 +821,86 @@ pub(super) fn generations_of(sandbox_dir: &Path) -> io::Result<Vec<u64>> {
     Ok(generations)
 }
 
-pub(super) fn list_blocking(driver_dir: &Path) -> io::Result<Vec<(String, u64, ExecutionStatus)>> {
+/// What [`delete_executions`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Deletion {
+    /// Only the lock, fence and tombstone remain.
+    Done,
+    /// An execution is not (or no longer) confirmed gone, or its directory changed
+    /// while it was deleted: stop it again, then retry.
+    Busy(String),
+}
+
+/// Deletes everything in a removed sandbox's directory but its lock, fence and
+/// tombstone: the generation directories (once their executions are confirmed gone)
+/// and the leftovers of interrupted launches and writes. Call with the lock held.
+pub(super) fn delete_executions(
+    _lock: &SandboxLock,
+    sandbox_dir: &Path,
+    driver_id: &str,
+) -> Result<Deletion, DriverError> {
+    let uncertain = |error| io_uncertain("deleting the executions of", sandbox_dir, error);
+    let entries = match fs::read_dir(sandbox_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Deletion::Done),
+        Err(error) => return Err(uncertain(error)),
+    };
+    let mut deleted = false;
+    for (walked, entry) in entries.enumerate() {
+        if walked >= EXECUTIONS_LISTED_MAX {
+            return Err(uncertain(too_many_executions(sandbox_dir)));
+        }
+        let entry = entry.map_err(uncertain)?;
+        let name = entry.file_name();
+        if [SANDBOX_LOCK_FILE, FENCE_FILE, TOMBSTONE_FILE]
+            .iter()
+            .any(|kept| name == OsStr::new(kept))
+        {
+            continue;
+        }
+        let path = entry.path();
+        if !entry.file_type().map_err(uncertain)?.is_dir() {
+            match fs::remove_file(&path) {
+                Ok(()) => deleted = true,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(uncertain(error)),
+            }
+            continue;
+        }
+        if name
+            .to_str()
+            .and_then(|name| name.parse::<u64>().ok())
+            .is_some()
+        {
+            // Stopped by the caller; make sure, since the files are the only trace.
+            let observation = observe(&path).map_err(uncertain)?;
+            if let Some(other) = observation.recorded_by_other(driver_id) {
+                return Err(recorded_elsewhere(&path, other, driver_id));
+            }
+            if !observation.is_gone() {
+                return Ok(Deletion::Busy(format!("{} runs", path.display())));
+            }
+        }
+        match fs::remove_dir_all(&path) {
+            Ok(()) => deleted = true,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            // A shim that was started before the tombstone wrote into it meanwhile.
+            Err(error) if error.raw_os_error() == Some(libc::ENOTEMPTY) => {
+                return Ok(Deletion::Busy(format!("{} changed", path.display())));
+            }
+            Err(error) => return Err(uncertain(error)),
+        }
+    }
+    if deleted {
+        sync_dir(sandbox_dir).map_err(uncertain)?;
+    }
+    Ok(Deletion::Done)
+}
+
+pub(super) fn list_blocking(
+    driver_dir: &Path,
+    driver_id: &str,
+) -> io::Result<Vec<(String, u64, ExecutionStatus)>> {
     let entries = match fs::read_dir(driver_dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -519,11 +915,26 @@ pub(super) fn list_blocking(driver_dir: &Path) -> io::Result<Vec<(String, u64, E
         if validate_sandbox_id(&sandbox_id).is_err() || !entry.file_type()?.is_dir() {
             continue; // not ours
         }
+        let tombstoned = read_tombstone(&entry.path())?.is_some();
         for generation in generations_of(&entry.path())? {
             if executions.len() >= EXECUTIONS_LISTED_MAX {
                 return Err(too_many_executions(driver_dir));
             }
-            let status = observe(&entry.path().join(generation.to_string()))?.status()?;
+            let observation = observe(&entry.path().join(generation.to_string()))?;
+            if let Some(other) = observation.recorded_by_other(driver_id) {
+                // Out of this driver's sight: neither running nor absent to it.
+                tracing::warn!(
+                    sandbox_id,
+                    generation,
+                    recorded_by = other,
+                    "not listing an execution recorded by another driver identity"
+                );
+                continue;
+            }
+            let status = observation.status()?;
+            if tombstoned && !matches!(status, ExecutionStatus::Running { .. }) {
+                continue; // what a removal left behind, not an execution
+            }
             executions.push((sandbox_id.clone(), generation, status));
         }
     }
@@ -615,8 +1026,40 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), DriverError> {
     Ok(())
 }
 
+/// A fence must name the call's sandbox, and the call's generation when it has one.
+pub(super) fn validate_fence(
+    fence: &Fence,
+    sandbox_id: &str,
+    generation: Option<u64>,
+) -> Result<(), DriverError> {
+    let generation_differs = generation.is_some_and(|generation| generation != fence.generation);
+    if fence.sandbox_id != sandbox_id || generation_differs {
+        return Err(DriverError::Rejected {
+            message: format!(
+                "{fence} does not name the call's sandbox {sandbox_id}{}; the caller must \
+                 fence each call with its own target",
+                generation.map_or_else(String::new, |generation| format!(
+                    " generation {generation}"
+                ))
+            ),
+        });
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------
 // Errors and threads
+
+pub(super) fn recorded_elsewhere(dir: &Path, other: &str, mine: &str) -> DriverError {
+    DriverError::Uncertain {
+        message: format!(
+            "{} was recorded by driver {other}, not by this one ({mine}): its processes are \
+             out of this driver's sight (another host, or a replaced driver directory); \
+             resolve it where it was recorded",
+            dir.display()
+        ),
+    }
+}
 
 pub(super) fn io_uncertain(action: &str, path: &Path, error: io::Error) -> DriverError {
     DriverError::Uncertain {

@@ -28,21 +28,62 @@
 //! # On-disk layout
 //!
 //! ```text
-//! <driver_dir>/<sandbox_id>/<generation>/
-//!   spec.json          the LaunchSpec; present before the directory becomes visible
-//!   shim.json          the shim's claim {generation, pid, start_time, boot_id}
-//!   command.json       the command's process group leader {pid, start_time, boot_id}
-//!   rejected.json      the command could not be started {code, message}
-//!   exit.json          the command ended and its tree is gone {code, signal}
-//!   stop-requested     a stop was asked for; a shim that has not started the command yet
-//!                      must not start it
-//!   stdout.log, stderr.log   the command's output (appended, not rotated)
-//!   shim.log           the shim's own diagnostics
-//!   work/              the command's working directory
+//! <driver_dir>/
+//!   .driver-id           the directory's identity {driver_id}: a random id, written once
+//!   <sandbox_id>/
+//!     sandbox.lock       flock'ed (exclusive) around every fenced step of the sandbox
+//!     fence.json         the highest fence admitted for the sandbox
+//!     tombstone.json     the sandbox was removed {fence, removed_at_unix_ms}
+//!     <generation>/
+//!       spec.json        the LaunchSpec; present before the directory becomes visible
+//!       shim.json        the shim's claim {generation, pid, start_time, boot_id, driver_id}
+//!       command.json     the command's process group leader {pid, start_time, boot_id},
+//!                        written before the command runs
+//!       rejected.json    the command could not be started {code, message}
+//!       exit.json        the command ended and its tree is gone {code, signal}
+//!       stop-requested   a stop was asked for; a shim that has not started the command
+//!                        yet must not start it
+//!       stdout.log, stderr.log   the command's output, each rotated at
+//!                        LOG_FILE_BYTES_MAX into stdout.log.1, stderr.log.1
+//!       shim.log         the shim's own diagnostics
+//!       work/            the command's working directory
 //! ```
 //!
 //! Records are written once, atomically (temporary file, fsync, rename or link, fsync
-//! of the directory), so a reader sees all of a record or none of it.
+//! of the directory), so a reader sees all of a record or none of it. Names that are
+//! not a sandbox id (`.driver-id`, `.staging-*`) or not a generation (`fence.json`,
+//! ...) are never mistaken for executions.
+//!
+//! # Fencing (see the crate's "Fencing reaches the effect")
+//!
+//! The highest fence and the tombstone of a sandbox live beside its executions, in
+//! the directory every replica of the host shares, and every fenced step takes the
+//! sandbox's `flock` ([`fencing`] says why each choice):
+//!
+//! - `launch`: lock; check and record the fence; claim the generation directory
+//!   (rename); check the tombstone; unlock. A launch that finds a tombstone deletes
+//!   the directory it just claimed and answers `Fenced`; no shim was started for it.
+//! - `stop`: lock; check and record the fence; create `stop-requested`; unlock; then
+//!   wait and signal. Nothing removes `stop-requested`, so the stop is decided once
+//!   the marker exists, and no later fence can make the execution run again.
+//! - `remove`: lock; check and record the fence; write the tombstone (durably);
+//!   unlock; stop every execution; lock; delete the generation directories; unlock
+//!   (again from "stop every execution" if a shim started before the tombstone claimed
+//!   its execution meanwhile). The sandbox directory with `fence.json` and
+//!   `tombstone.json` stays.
+//!
+//! Tombstones are collected by [`ProcessDriver::collect_tombstones`] once they are
+//! older than [`ProcessDriverTimeouts::tombstone_retention`] (7 days by default, far
+//! longer than any leader stays paused or any retry is repeated); after that a launch
+//! of the sandbox would no longer be refused, so keep it longer than the longest
+//! time an operation may remain pending. Collection removes the whole sandbox
+//! directory, fence included.
+//!
+//! The driver directory's identity (`.driver-id`) is created by the first replica
+//! that opens it and recorded in every `shim.json` and handle. A claim that names
+//! another identity (a directory restored from another host, an identity file
+//! recreated) is out of this driver's sight: `inspect`, `stop` and `remove` answer
+//! `Uncertain` for it, never `Absent`, and `list` leaves it out.
 //!
 //! # How races are settled
 //!
@@ -57,6 +98,19 @@
 //!   `shim.json`; the shim creates `shim.json` and then reads `stop-requested`. Either
 //!   the stop sees the shim (and waits for it to report, then signals the command), or
 //!   the shim sees the stop (and never starts the command).
+//! - *Remove racing a launch*: under the lock, a launch claims its generation and then
+//!   checks the tombstone, and `remove` writes the tombstone and (after the lock) lists
+//!   the generations: a generation claimed first is listed and stopped; a launch that
+//!   comes second sees the tombstone. The shim, which starts later and outside the
+//!   lock, claims `shim.json` and then checks both `stop-requested` and the tombstone,
+//!   while `remove` marks every listed generation `stop-requested` and then reads its
+//!   claim: again one side always sees the other.
+//! - *A shim that dies while starting the command*: the command waits at a barrier
+//!   until `command.json` is durable ([`shim`]); a shim that dies before releasing it
+//!   leaves a child that reads end of file and exits without running anything.
+//! - *A launcher killed by a signal* (or one that does not exit in time): the shim may
+//!   or may not have been started, so the launch is `Uncertain`, resolved by
+//!   observation, never `Rejected`.
 //! - *Signalling*: the command's process group id is the command leader's pid. The
 //!   leader is the shim's child, and the shim observes its exit without reaping it
 //!   (`waitid(WNOWAIT)`) until it has killed the rest of the group, so while a process
@@ -65,9 +119,10 @@
 //!
 //! # Limits
 //!
-//! Linux only (`/proc`, `prctl`, `waitid`). One host: executions are found through the
-//! local directory, so a cluster spread over hosts needs a driver with shared authority
-//! (Docker, Kubernetes). Processes that escape both the process group and the shim's
+//! Linux only (`/proc`, `prctl`, `waitid`). The driver directory must be on a local
+//! filesystem: the sandbox locks are `flock`s, and the identity stands for one host.
+//! One host: executions are found through the local directory, so a cluster spread
+//! over hosts needs a driver with shared authority (Docker, Kubernetes). Processes that escape both the process group and the shim's
 //! subtree (e.g. by asking another daemon to start them) are not tracked. When
 //! gateways run under systemd, the unit needs `KillMode=process` (or a separate scope
 //! for shims), or stopping the gateway kills its cgroup, shims included. When a
@@ -81,20 +136,27 @@
 //!   directories, starts launchers, observes, signals and removes executions.
 //! - [`records`]: the on-disk records of an execution and how they are written
 //!   (atomically, once) and read back into an observation.
+//! - [`fencing`]: the per-sandbox lock, fence record and tombstone, and the driver
+//!   directory's identity.
+//! - [`logs`]: the command's output logs, rotated at a size cap.
 //! - `procfs`: what `/proc` says about a process (identity, liveness, groups).
 //! - [`shim`]: the code that runs inside `palisade shim ...`, never inside a
-//!   gateway: a different process with different rules (single-threaded, no
-//!   runtime, runs before `main` parses arguments).
+//!   gateway: a different process with different rules (no runtime, single-threaded
+//!   until it forks the command, runs before `main` parses arguments).
 
 use std::time::Duration;
 
 pub mod driver;
+pub mod fencing;
+pub mod logs;
 mod procfs;
 pub mod records;
 pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
-pub use shim::{ShimArgs, run_shim, run_shim_if_requested};
+pub use fencing::TombstoneRecord;
+pub use logs::LOG_FILE_BYTES_MAX;
+pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};
 
 /// Longest accepted sandbox id. Ids are UUIDs (36 bytes); the bound keeps paths short.
 pub const SANDBOX_ID_LENGTH_MAX: usize = 128;
@@ -118,6 +180,22 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 pub(super) const SHIM_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between the shim's kill-and-reap rounds.
 pub(super) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How long the shim waits, after sweeping the command's processes, for the rest of
+/// their output to reach the logs before it records the exit anyway.
+pub(super) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a driver call waits for a sandbox's lock held by another call.
+pub(super) const SANDBOX_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between attempts to take a sandbox's lock.
+pub(super) const SANDBOX_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// Default time a tombstone is kept: a week, far longer than a leader stays paused or
+/// a retry is repeated.
+pub const TOMBSTONE_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// Most rounds of "stop every execution, delete the files" one `remove` makes before
+/// it answers `Uncertain` (a round is repeated only when a shim claimed an execution
+/// while the previous one ran).
+pub(super) const REMOVE_ROUNDS_MAX: usize = 5;
+/// Most sandbox directories one tombstone collection walks.
+pub const SANDBOXES_COLLECTED_MAX: usize = 100_000;
 
 /// Exit code recorded for a command that was not found (shell convention).
 pub(super) const EXIT_CODE_NOT_FOUND: i32 = 127;
@@ -139,6 +217,11 @@ pub(super) const STDOUT_FILE: &str = "stdout.log";
 pub(super) const STDERR_FILE: &str = "stderr.log";
 pub(super) const SHIM_LOG_FILE: &str = "shim.log";
 pub(super) const WORK_DIRECTORY: &str = "work";
+pub(super) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
+pub(super) const FENCE_FILE: &str = "fence.json";
+pub(super) const TOMBSTONE_FILE: &str = "tombstone.json";
+/// Starts with a dot, so it is never a sandbox id.
+pub(super) const DRIVER_ID_FILE: &str = ".driver-id";
 /// Prefix of execution directories under construction; never a valid sandbox id
 /// (ids may not start with a dot), so `list` cannot mistake them for executions.
 pub(super) const STAGING_PREFIX: &str = ".staging-";
@@ -220,6 +303,93 @@ mod tests {
         let mut with_env = spec(vec!["true".to_owned()]);
         with_env.env.insert("A=B".to_owned(), "c".to_owned());
         assert!(validate_spec(&with_env).is_err());
+    }
+
+    /// Waits for a child of this process and returns its wait status.
+    fn wait_status(pid: i32) -> i32 {
+        let mut status = 0;
+        // SAFETY: waits for our own child, writing into a local.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        status
+    }
+
+    fn sh(script: &str, work_dir: &std::path::Path) -> PreparedExec {
+        let argv = ["/bin/sh", "-c", script].map(OsString::from);
+        let environment = std::collections::BTreeMap::from([("PATH", DEFAULT_PATH)]);
+        PreparedExec::new(
+            std::path::Path::new("/bin/sh"),
+            &argv,
+            &environment,
+            work_dir,
+        )
+        .expect("prepared")
+    }
+
+    #[test]
+    fn a_command_held_at_the_barrier_never_runs_if_the_barrier_closes() {
+        let work = tempfile::tempdir().expect("temporary directory");
+        let mut child =
+            spawn_behind_barrier(&sh("touch ran", work.path())).expect("spawned behind barrier");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!work.path().join("ran").exists(), "ran before the release");
+        // What a shim's death does: the barrier's write end closes unwritten.
+        drop(child.barrier.take());
+        let status = wait_status(child.pid);
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(libc::WEXITSTATUS(status), EXIT_CODE_BARRIER_CLOSED);
+        assert!(!work.path().join("ran").exists());
+    }
+
+    #[test]
+    fn a_released_command_runs_in_its_own_group_and_exec_failures_are_reported() {
+        let work = tempfile::tempdir().expect("temporary directory");
+        let mut child = spawn_behind_barrier(&sh("touch ran; exit 3", work.path()))
+            .expect("spawned behind barrier");
+        let group = read_proc_stat(child.pid)
+            .expect("stat")
+            .expect("alive")
+            .process_group;
+        assert_eq!(group, child.pid, "the group exists before the release");
+        assert_eq!(child.release(), None);
+        let status = wait_status(child.pid);
+        assert_eq!(libc::WEXITSTATUS(status), 3);
+        assert!(work.path().join("ran").exists());
+
+        let argv = [OsString::from("/nonexistent/program")];
+        let prepared = PreparedExec::new(
+            std::path::Path::new("/nonexistent/program"),
+            &argv,
+            &Default::default(),
+            work.path(),
+        )
+        .expect("prepared");
+        let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");
+        let failure = child.release().expect("exec fails");
+        assert_eq!(failure.errno, libc::ENOENT);
+        assert_eq!(failure.stage, "exec");
+        assert_eq!(
+            libc::WEXITSTATUS(wait_status(child.pid)),
+            EXIT_CODE_NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn programs_are_resolved_like_execvp_before_anything_is_forked() {
+        let work = tempfile::tempdir().expect("temporary directory");
+        let found = resolve_program("sh".as_ref(), DEFAULT_PATH, work.path()).expect("sh");
+        assert!(found.is_absolute() && found.ends_with("sh"), "{found:?}");
+        let missing = resolve_program("palisade-no-such".as_ref(), DEFAULT_PATH, work.path())
+            .expect_err("missing");
+        assert_eq!(missing.code, EXIT_CODE_NOT_FOUND);
+        assert!(missing.message.contains("palisade-no-such"));
+        std::fs::write(work.path().join("script"), "#!/bin/sh\n").expect("script");
+        let not_executable =
+            resolve_program("./script".as_ref(), DEFAULT_PATH, work.path()).expect_err("mode 644");
+        assert_eq!(not_executable.code, EXIT_CODE_NOT_EXECUTABLE);
+        // An empty PATH entry is the working directory.
+        let also =
+            resolve_program("script".as_ref(), ":/nonexistent", work.path()).expect_err("mode 644");
+        assert_eq!(also.code, EXIT_CODE_NOT_EXECUTABLE);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The on-disk records of one execution (spec, shim claim, command, exit,
 //! rejection), how they are written (once, atomically: temporary file, fsync,
 //! rename or link, fsync of the directory) and how they are read back into an
-//! [`Observation`].
+//! `Observation`.
 
 #![allow(unused_imports)]
 use std::ffi::{OsStr, OsString};
@@ -36,6 +36,10 @@ pub(super) struct ShimRecord {
     pub(super) pid: u32,
     pub(super) start_time: u64,
     pub(super) boot_id: String,
+    /// The identity of the driver directory the shim claimed the execution in. A
+    /// record without it is not one this driver can vouch for (it fails to parse,
+    /// and the execution reads as uncertain).
+    pub(super) driver_id: String,
 }
 
 impl ShimRecord {
@@ -46,6 +50,7 @@ impl ShimRecord {
                 pid: self.pid,
                 start_time: self.start_time,
                 boot_id: self.boot_id.clone(),
+                driver_id: self.driver_id.clone(),
             },
         }
     }
@@ -168,6 +173,16 @@ impl Observation {
             });
         }
         Ok(ExecutionStatus::Absent)
+    }
+
+    /// The identity named by the shim's claim, when it is not `driver_id`: the
+    /// execution was recorded by another driver directory, and nothing this driver
+    /// sees in `/proc` says anything about it.
+    pub(super) fn recorded_by_other(&self, driver_id: &str) -> Option<&str> {
+        self.shim
+            .as_ref()
+            .filter(|shim| shim.driver_id != driver_id)
+            .map(|shim| shim.driver_id.as_str())
     }
 
     /// Whether processes of the execution survive a shim that died without recording

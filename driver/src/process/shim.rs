@@ -1,6 +1,18 @@
 //! The shim side: code that runs inside `palisade shim ...`, never inside a
-//! gateway. Single-threaded, no async runtime; started before `main` parses
-//! its arguments.
+//! gateway. No async runtime; started before `main` parses its arguments, and
+//! single-threaded until the command is forked (its two output pumps are the only
+//! threads, started after the fork).
+//!
+//! # The command is recorded before it runs
+//!
+//! The shim forks the command's first process itself (not through
+//! `std::process::Command`, whose `spawn` returns only after `execve`), and the
+//! child waits, before `execve`, for one byte on a pipe: the barrier. The shim
+//! writes `command.json` durably and only then writes the byte. If the write fails,
+//! the shim closes the barrier unwritten; if the shim dies first, the kernel closes
+//! it. Either way the child reads end of file and exits without running anything, so
+//! no command ever runs that the driver directory does not know about. A second
+//! pipe (close-on-exec) tells the shim whether `execve` succeeded.
 
 #![allow(unused_imports)]
 use std::ffi::{OsStr, OsString};
@@ -22,6 +34,12 @@ use crate::{
     LaunchSpec,
 };
 
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::fencing::{read_identity, read_tombstone};
+use super::logs::{LOG_FILE_BYTES_MAX, RotatingLog, pump};
 use super::*;
 use super::{driver::*, procfs::*, records::*};
 
@@ -197,7 +215,8 @@ pub(super) fn install_signal_forwarding() -> io::Result<()> {
     Ok(())
 }
 
-/// The shim proper: claim the execution, start the command, wait, sweep, record.
+/// The shim proper: claim the execution, check it may run, start the command behind
+/// a barrier, record it, release it, wait, sweep, record the exit.
 pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer argument only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } != 0 {
@@ -206,18 +225,32 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     install_signal_forwarding()?;
     let spec: LaunchSpec = read_record(&dir.join(SPEC_FILE))?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no spec.json"))?;
+    let sandbox_dir = parent_of(dir);
+    let driver_id = read_identity(parent_of(sandbox_dir))?;
     let me = identity_of(std::process::id() as i32)?;
     let claim = ShimRecord {
         generation: spec.generation,
         pid: me.pid,
         start_time: me.start_time,
         boot_id: me.boot_id,
+        driver_id,
     };
     if !create_record(&dir.join(SHIM_FILE), &claim)? {
         return Ok(()); // another shim owns this execution
     }
-    if dir.join(STOP_REQUESTED_FILE).try_exists()? {
-        // Stopped before it started: record it as a SIGTERM death without running it.
+    // Claim, then check: `stop` marks the execution and then reads the claim, and
+    // `remove` writes the tombstone and then lists the executions, so either they
+    // see this shim (and stop what it starts) or it sees them (and starts nothing).
+    let refusal = if dir.join(STOP_REQUESTED_FILE).try_exists()? {
+        Some("a stop was requested")
+    } else if read_tombstone(sandbox_dir)?.is_some() {
+        Some("the sandbox was removed (it has a tombstone)")
+    } else {
+        None
+    };
+    if let Some(reason) = refusal {
+        // Recorded as a SIGTERM death without running anything.
+        eprintln!("palisade shim: not starting the command: {reason}");
         return write_record(
             &dir.join(EXIT_FILE),
             &ExitRecord {
@@ -234,44 +267,74 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     } else {
         spec.command.iter().map(OsString::from).collect()
     };
-    let open_log = |name: &str| {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(name))
+    let work_dir = dir.join(WORK_DIRECTORY);
+    let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+    // Resolved before anything is forked, so a command that cannot start is a
+    // definite rejection with no process left behind.
+    let program = match resolve_program(&argv[0], search_path, &work_dir) {
+        Ok(program) => program,
+        Err(rejected) => return write_record(&dir.join(REJECTED_FILE), &rejected),
     };
-    let mut command = Command::new(&argv[0]);
-    command
-        .args(&argv[1..])
-        .env_clear()
-        .env("PATH", DEFAULT_PATH)
-        .envs(&spec.env)
-        .current_dir(dir.join(WORK_DIRECTORY))
-        .stdin(Stdio::null())
-        .stdout(open_log(STDOUT_FILE)?)
-        .stderr(open_log(STDERR_FILE)?)
-        // Its own process group, so the gateway can signal the whole command without
-        // touching the shim.
-        .process_group(0);
-    let leader = match command.spawn() {
-        Ok(child) => child.id() as i32,
-        Err(error) => {
-            let code = if error.kind() == io::ErrorKind::NotFound {
-                EXIT_CODE_NOT_FOUND
-            } else {
-                EXIT_CODE_NOT_EXECUTABLE
-            };
-            let message = format!(
-                "cannot start {:?}: {error}",
-                String::from_utf8_lossy(argv[0].as_bytes())
-            );
-            return write_record(&dir.join(REJECTED_FILE), &RejectedRecord { code, message });
-        }
-    };
+    let mut environment: BTreeMap<&str, &str> = BTreeMap::from([("PATH", DEFAULT_PATH)]);
+    environment.extend(
+        spec.env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+    );
+    let prepared = PreparedExec::new(&program, &argv, &environment, &work_dir)?;
+    let mut child = spawn_behind_barrier(&prepared)?;
+    let leader = child.pid;
     FORWARD_TO_GROUP.store(leader, Ordering::SeqCst);
-    // The leader is our unreaped child, so its stat stays readable even if it has
-    // already exited.
-    write_record(&dir.join(COMMAND_FILE), &identity_of(leader)?)?;
+
+    if cfg!(debug_assertions) && spec.env.contains_key(TEST_DIE_BEFORE_RECORD_VARIABLE) {
+        // TEST-ONLY (debug builds): die like a killed shim, between starting the
+        // command and recording it. The command must never run.
+        eprintln!(
+            "palisade shim: {TEST_DIE_BEFORE_RECORD_VARIABLE} is set: dying before the record"
+        );
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+
+    // The command is recorded before it runs: if this write fails, or this shim dies
+    // before the release, the child reads end of file and exits without running it.
+    // The leader is our unreaped child, so its stat stays readable even if it died.
+    let recorded =
+        identity_of(leader).and_then(|command| write_record(&dir.join(COMMAND_FILE), &command));
+    if let Err(error) = recorded {
+        drop(child.barrier.take()); // end of file: the child exits without running
+        // Forward nothing to a group whose pid is about to be free for reuse.
+        FORWARD_TO_GROUP.store(0, Ordering::SeqCst);
+        reap(leader);
+        return write_record(
+            &dir.join(REJECTED_FILE),
+            &RejectedRecord {
+                code: EXIT_CODE_NOT_EXECUTABLE,
+                message: format!("cannot record the command before starting it: {error}"),
+            },
+        );
+    }
+    let outputs = start_output_pumps(&mut child, dir);
+    if let Some(failure) = child.release() {
+        // It was recorded but never ran: exec (or preparing for it) failed.
+        FORWARD_TO_GROUP.store(0, Ordering::SeqCst);
+        reap(leader);
+        await_output_pumps(outputs);
+        let code = if failure.errno == libc::ENOENT {
+            EXIT_CODE_NOT_FOUND
+        } else {
+            EXIT_CODE_NOT_EXECUTABLE
+        };
+        let message = format!(
+            "cannot start {:?}: {} failed: {}",
+            String::from_utf8_lossy(argv[0].as_bytes()),
+            failure.stage,
+            io::Error::from_raw_os_error(failure.errno)
+        );
+        return write_record(&dir.join(REJECTED_FILE), &RejectedRecord { code, message });
+    }
 
     let exit = wait_for_leader(leader)?;
     FORWARD_TO_GROUP.store(0, Ordering::SeqCst);
@@ -279,7 +342,406 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     // group id, cannot have been reused: this kills only what is left of our group.
     send_signal(-leader, libc::SIGKILL)?;
     sweep_descendants();
+    // Every process that could write the pipes is gone; let the logs drain.
+    await_output_pumps(outputs);
     write_record(&dir.join(EXIT_FILE), &exit)
+}
+
+/// TEST-ONLY hook, honoured in debug builds only and read only by the shim, from the
+/// spec's environment: when the variable is set (to anything), the shim kills itself
+/// with SIGKILL after starting the command behind its barrier and before recording
+/// it, so tests can show that such a command never runs.
+pub const TEST_DIE_BEFORE_RECORD_VARIABLE: &str = "PALISADE_SHIM_TEST_DIE_BEFORE_RECORD";
+
+/// Finds the program as `execvp` would, with `search_path` (the command's `PATH`)
+/// and relative paths taken from the command's working directory.
+pub(super) fn resolve_program(
+    program: &OsStr,
+    search_path: &str,
+    work_dir: &Path,
+) -> Result<PathBuf, RejectedRecord> {
+    let shown = String::from_utf8_lossy(program.as_bytes()).into_owned();
+    let not_found = |why: String| RejectedRecord {
+        code: EXIT_CODE_NOT_FOUND,
+        message: format!("cannot start {shown:?}: {why}"),
+    };
+    let not_executable = |candidate: &Path| RejectedRecord {
+        code: EXIT_CODE_NOT_EXECUTABLE,
+        message: format!(
+            "cannot start {shown:?}: {} is not an executable file",
+            candidate.display()
+        ),
+    };
+    if program.as_bytes().contains(&b'/') {
+        let candidate = work_dir.join(program);
+        return match fs::metadata(&candidate) {
+            Ok(_) if is_executable_file(&candidate) => Ok(candidate),
+            Ok(_) => Err(not_executable(&candidate)),
+            Err(error) => Err(not_found(error.to_string())),
+        };
+    }
+    let mut denied = None;
+    for directory in search_path.split(':') {
+        // An empty PATH entry means the working directory (POSIX).
+        let candidate = work_dir.join(directory).join(program);
+        if is_executable_file(&candidate) {
+            return Ok(candidate);
+        }
+        if denied.is_none() && candidate.exists() {
+            denied = Some(candidate);
+        }
+    }
+    match denied {
+        Some(candidate) => Err(not_executable(&candidate)),
+        None => Err(not_found(format!("not found in PATH {search_path:?}"))),
+    }
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    let Ok(metadata) = fs::metadata(path) else {
+        return false;
+    };
+    let Ok(path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access reads a NUL-terminated path we own.
+    metadata.is_file() && unsafe { libc::access(path.as_ptr(), libc::X_OK) } == 0
+}
+
+/// Everything `execve` needs, allocated before the fork (the child may only make
+/// async-signal-safe calls, and allocating is not one).
+pub(super) struct PreparedExec {
+    program: CString,
+    _argv: Vec<CString>,
+    argv_pointers: Vec<*const libc::c_char>,
+    _environment: Vec<CString>,
+    environment_pointers: Vec<*const libc::c_char>,
+    work_dir: CString,
+}
+
+impl PreparedExec {
+    pub(super) fn new(
+        program: &Path,
+        argv: &[OsString],
+        environment: &BTreeMap<&str, &str>,
+        work_dir: &Path,
+    ) -> io::Result<PreparedExec> {
+        let c_string = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command")
+            })
+        };
+        let argv: Vec<CString> = argv
+            .iter()
+            .map(|argument| c_string(argument.as_bytes()))
+            .collect::<io::Result<_>>()?;
+        let environment: Vec<CString> = environment
+            .iter()
+            .map(|(name, value)| c_string(format!("{name}={value}").as_bytes()))
+            .collect::<io::Result<_>>()?;
+        // The pointers point into the CStrings' heap buffers, which do not move when
+        // the vectors holding the CStrings move.
+        let pointers = |strings: &[CString]| {
+            strings
+                .iter()
+                .map(|string| string.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        Ok(PreparedExec {
+            program: c_string(program.as_os_str().as_bytes())?,
+            argv_pointers: pointers(&argv),
+            _argv: argv,
+            environment_pointers: pointers(&environment),
+            _environment: environment,
+            work_dir: c_string(work_dir.as_os_str().as_bytes())?,
+        })
+    }
+}
+
+/// The command's first process, forked and waiting at the barrier.
+pub(super) struct BarrierChild {
+    pub(super) pid: i32,
+    /// Writing one byte lets the child exec; closing it unwritten (or dying) makes
+    /// the child exit without running anything.
+    pub(super) barrier: Option<OwnedFd>,
+    /// End of file once the child exec'd or died; a [`ExecFailure`] if it could not.
+    status: OwnedFd,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+}
+
+/// Why the child could not run the command, as it reported over the status pipe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ExecFailure {
+    pub(super) stage: &'static str,
+    pub(super) errno: i32,
+}
+
+/// What the child reports before exiting when it cannot run the command.
+const CHILD_STAGE_REDIRECT: i32 = 1;
+const CHILD_STAGE_CHDIR: i32 = 2;
+const CHILD_STAGE_EXEC: i32 = 3;
+/// Exit code of a child whose barrier was closed without the release byte.
+pub(super) const EXIT_CODE_BARRIER_CLOSED: i32 = 125;
+
+impl BarrierChild {
+    /// Lets the child exec and learns whether it could. `None`: it exec'd (or died
+    /// on the way, which the exit status will tell).
+    pub(super) fn release(&mut self) -> Option<ExecFailure> {
+        if let Some(barrier) = self.barrier.take() {
+            let byte = [1_u8];
+            // SAFETY: writes one byte from a live buffer to a descriptor we own.
+            // EPIPE (the child is already gone) is fine: its status says why.
+            unsafe {
+                libc::write(barrier.as_raw_fd(), byte.as_ptr().cast(), 1);
+            }
+        }
+        let mut report = [0_u8; 8];
+        let mut filled = 0;
+        while filled < report.len() {
+            // SAFETY: reads into the unfilled tail of a live buffer.
+            let read = unsafe {
+                libc::read(
+                    self.status.as_raw_fd(),
+                    report[filled..].as_mut_ptr().cast(),
+                    report.len() - filled,
+                )
+            };
+            if read > 0 {
+                filled += read as usize;
+            } else if read == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        if filled < report.len() {
+            return None; // closed by exec (or by death): no failure reported
+        }
+        let stage = i32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
+        let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+        Some(ExecFailure {
+            stage: match stage {
+                CHILD_STAGE_REDIRECT => "redirecting its input and output",
+                CHILD_STAGE_CHDIR => "entering its working directory",
+                _ => "exec",
+            },
+            errno,
+        })
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array; O_CLOEXEC so that no
+    // other process started later inherits them.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Forks the command's first process, in a process group of its own, with its
+/// output going to pipes this shim reads, and holds it before `execve` until
+/// [`BarrierChild::release`]. Call only while this process has one thread: after
+/// `fork` only the calling thread exists in the child.
+pub(super) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<BarrierChild> {
+    let (barrier_read, barrier_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let null = File::open("/dev/null")?;
+    // SAFETY: the shim is single-threaded here (the output pumps start after this),
+    // and the child only makes async-signal-safe calls before execve or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: in the forked child; see `child_after_fork`.
+        unsafe {
+            child_after_fork(
+                prepared,
+                ChildDescriptors {
+                    barrier_read: barrier_read.as_raw_fd(),
+                    barrier_write: barrier_write.as_raw_fd(),
+                    status_read: status_read.as_raw_fd(),
+                    status_write: status_write.as_raw_fd(),
+                    stdout_read: stdout_read.as_raw_fd(),
+                    stdout_write: stdout_write.as_raw_fd(),
+                    stderr_read: stderr_read.as_raw_fd(),
+                    stderr_write: stderr_write.as_raw_fd(),
+                    null: null.as_raw_fd(),
+                },
+            )
+        }
+    }
+    // Also set here, so the group exists before the command is recorded, whichever
+    // of the two runs first. It can only fail if the child already died.
+    // SAFETY: setpgid has no memory-safety preconditions.
+    unsafe {
+        libc::setpgid(pid, pid);
+    }
+    // The child's ends: closed here, so our reads see end of file when it is gone.
+    drop((barrier_read, status_write, stdout_write, stderr_write, null));
+    Ok(BarrierChild {
+        pid,
+        barrier: Some(barrier_write),
+        status: status_read,
+        stdout: Some(stdout_read),
+        stderr: Some(stderr_read),
+    })
+}
+
+#[derive(Clone, Copy)]
+struct ChildDescriptors {
+    barrier_read: RawFd,
+    barrier_write: RawFd,
+    status_read: RawFd,
+    status_write: RawFd,
+    stdout_read: RawFd,
+    stdout_write: RawFd,
+    stderr_read: RawFd,
+    stderr_write: RawFd,
+    null: RawFd,
+}
+
+/// The child between `fork` and `execve`.
+///
+/// # Safety
+///
+/// Call only in the child of a `fork`. Uses async-signal-safe calls only (sigaction,
+/// sigprocmask, setpgid, close, dup2, chdir, read, write, execve, _exit) and never
+/// returns.
+unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! {
+    // SAFETY (whole body): see the function's contract; every pointer passed points
+    // into `prepared` or a local, alive until execve or _exit.
+    unsafe {
+        let fail = |stage: i32| -> ! {
+            let errno = *libc::__errno_location();
+            let mut report = [0_u8; 8];
+            report[..4].copy_from_slice(&stage.to_ne_bytes());
+            report[4..].copy_from_slice(&errno.to_ne_bytes());
+            libc::write(fds.status_write, report.as_ptr().cast(), report.len());
+            libc::_exit(if errno == libc::ENOENT {
+                EXIT_CODE_NOT_FOUND
+            } else {
+                EXIT_CODE_NOT_EXECUTABLE
+            });
+        };
+        // Default dispositions and an empty mask, as exec'd programs expect: the
+        // shim's forwarding handlers must not run here (a stop that reaches the group
+        // before exec must end this child), and an ignored SIGPIPE would survive exec.
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut mask);
+        libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+        libc::setpgid(0, 0);
+        // Our copy of the barrier's write end must go, or we would never see its
+        // end of file when the shim dies.
+        libc::close(fds.barrier_write);
+        libc::close(fds.status_read);
+        libc::close(fds.stdout_read);
+        libc::close(fds.stderr_read);
+        if libc::dup2(fds.null, 0) < 0
+            || libc::dup2(fds.stdout_write, 1) < 0
+            || libc::dup2(fds.stderr_write, 2) < 0
+        {
+            fail(CHILD_STAGE_REDIRECT);
+        }
+        if libc::chdir(prepared.work_dir.as_ptr()) != 0 {
+            fail(CHILD_STAGE_CHDIR);
+        }
+        let mut byte = 0_u8;
+        loop {
+            let read = libc::read(fds.barrier_read, (&raw mut byte).cast(), 1);
+            if read == 1 {
+                break;
+            }
+            if read < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // End of file: the shim closed the barrier without releasing it, or died.
+            libc::_exit(EXIT_CODE_BARRIER_CLOSED);
+        }
+        libc::close(fds.barrier_read);
+        libc::execve(
+            prepared.program.as_ptr(),
+            prepared.argv_pointers.as_ptr(),
+            prepared.environment_pointers.as_ptr(),
+        );
+        fail(CHILD_STAGE_EXEC)
+    }
+}
+
+/// Threads copying the command's stdout and stderr into their rotated logs.
+pub(super) struct OutputPumps {
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Starts one thread per output stream. After this the shim has threads, so it
+/// must not fork again.
+pub(super) fn start_output_pumps(child: &mut BarrierChild, dir: &Path) -> OutputPumps {
+    let mut threads = Vec::new();
+    for (pipe, name) in [
+        (child.stdout.take(), STDOUT_FILE),
+        (child.stderr.take(), STDERR_FILE),
+    ] {
+        let Some(pipe) = pipe else { continue };
+        let path = dir.join(name);
+        let spawned = std::thread::Builder::new()
+            .name(format!("pump-{name}"))
+            .spawn(move || {
+                let reader = File::from(pipe);
+                match RotatingLog::open(&path, LOG_FILE_BYTES_MAX) {
+                    Ok(mut log) => {
+                        if let Err(error) = pump(reader, &mut log) {
+                            eprintln!(
+                                "palisade shim: reading the command's {name} failed: {error}"
+                            );
+                        }
+                    }
+                    Err(error) => {
+                        eprintln!(
+                            "palisade shim: cannot open {}: {error}; discarding the output",
+                            path.display()
+                        );
+                        // Keep draining, so the command never blocks on a full pipe.
+                        let _ = io::copy(&mut io::BufReader::new(reader), &mut io::sink());
+                    }
+                }
+            });
+        match spawned {
+            Ok(thread) => threads.push(thread),
+            // Without a reader the command's output fails with EPIPE; the execution
+            // itself goes on.
+            Err(error) => eprintln!("palisade shim: cannot start the {name} pump: {error}"),
+        }
+    }
+    OutputPumps { threads }
+}
+
+/// Waits (bounded) for the pumps to reach end of file. A descendant that escaped the
+/// sweep may hold a pipe open forever; the exit is recorded anyway.
+pub(super) fn await_output_pumps(pumps: OutputPumps) {
+    let deadline = Instant::now() + SHIM_OUTPUT_DRAIN_TIMEOUT;
+    while pumps.threads.iter().any(|thread| !thread.is_finished()) {
+        if Instant::now() >= deadline {
+            eprintln!(
+                "palisade shim: the command's output still open {SHIM_OUTPUT_DRAIN_TIMEOUT:?} after \
+                 its processes were swept; recording the exit anyway"
+            );
+            return;
+        }
+        std::thread::sleep(SHIM_SWEEP_POLL_INTERVAL);
+    }
+    for thread in pumps.threads {
+        let _ = thread.join();
+    }
 }
 
 /// Waits for the command's leader to exit without reaping it, reaping every other

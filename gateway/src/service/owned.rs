@@ -35,8 +35,10 @@ pub(super) async fn create_ssh_session(
     };
     let token_bytes: [u8; 32] = rand::random();
     let session_token = format!("pss1.{}", hex::encode(token_bytes));
+    // The session's expiry is the replicated clock at apply plus its TTL;
+    // this replica's clock only goes into the audit trail.
     let time_ms = now_ms();
-    let expires_at_ms = time_ms + i64::from(ttl_seconds) * 1000;
+    let ttl_ms = i64::from(ttl_seconds) * 1000;
     let session_id = uuid::Uuid::new_v4().to_string();
     let proposed = service
         .replica
@@ -44,12 +46,17 @@ pub(super) async fn create_ssh_session(
             target,
             session_id: session_id.clone(),
             token_sha256: hex::encode(Sha256::digest(session_token.as_bytes())),
-            expires_at_ms,
+            expires_at_ms: time_ms + ttl_ms,
             time_ms,
+            ttl_ms,
         })
         .await?;
-    let Outcome::SshSessionCreated { sandbox_id, .. } =
-        proposed.response.map_err(errors::rejection)?
+    let Outcome::SshSessionCreated {
+        sandbox_id,
+        created_at_ms,
+        expires_at_ms,
+        ..
+    } = proposed.response.map_err(errors::rejection)?
     else {
         return Err(errors::unavailable(
             errors::INTERNAL,
@@ -60,7 +67,7 @@ pub(super) async fn create_ssh_session(
         id: session_id,
         sandbox_id,
         token: session_token,
-        created_at_ms: time_ms,
+        created_at_ms,
         expires_at_ms,
     }))
 }
@@ -142,19 +149,19 @@ pub(super) async fn set_sandbox_policy(
     let request = request.into_inner();
     let target = target_from_ref(request.sandbox)?;
     validate::policy_document(&request.document).map_err(errors::invalid_input)?;
-    let time_ms = now_ms();
     let proposed = service
         .replica
         .propose(Command::SetSandboxPolicy {
             target,
             document: request.document.clone(),
             expected_version: request.expected_version,
-            time_ms,
+            time_ms: now_ms(),
         })
         .await?;
     let Outcome::PolicySet {
         sandbox_id,
         version,
+        updated_at_ms,
     } = proposed.response.map_err(errors::rejection)?
     else {
         return Err(errors::unavailable(
@@ -166,7 +173,7 @@ pub(super) async fn set_sandbox_policy(
         sandbox_id,
         version,
         document: request.document,
-        updated_at_ms: time_ms,
+        updated_at_ms,
     }))
 }
 

@@ -10,6 +10,9 @@ use tonic::Status;
 use super::PalisadeService;
 use crate::errors;
 
+/// This replica's wall clock. It goes into commands for the audit trail
+/// only (`RequestMeta::time_ms` and the like): apply stamps every time in
+/// the state from the replicated clock (`State::clock_ms`).
 pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

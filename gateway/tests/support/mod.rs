@@ -150,8 +150,14 @@ impl TestReplica {
             let stopped = async {
                 let _ = stop.await;
             };
-            if let Err(error) =
-                run_with_hooks(config, Arc::new(NoopDriver), listener, hooks, stopped).await
+            if let Err(error) = run_with_hooks(
+                config,
+                Arc::new(NoopDriver::new()),
+                listener,
+                hooks,
+                stopped,
+            )
+            .await
             {
                 panic!("the test replica failed: {error}");
             }
