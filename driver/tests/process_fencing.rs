@@ -254,8 +254,19 @@ async fn a_claimed_generation_is_deleted_by_remove_and_not_launched_after() {
         .await
         .expect("remove");
     assert!(generation_dirs(&driver.sandbox_dir(SANDBOX)).is_empty());
-    assert!(driver.sandbox_dir(SANDBOX).join("tombstone.json").exists());
-    assert!(driver.sandbox_dir(SANDBOX).join("fence.json").exists());
+    // The tombstone and the fence stay, as records beside the lock.
+    assert_eq!(
+        driver
+            .tombstone_of(SANDBOX)
+            .await
+            .expect("tombstone")
+            .map(|tombstone| tombstone.fence),
+        Some(fence(2, 1, 30))
+    );
+    assert_eq!(
+        driver.fence_of(SANDBOX).await.expect("fence"),
+        Some(fence(2, 1, 30))
+    );
     // The launch, resumed by a leader of a later term, is refused.
     let error = driver
         .launch(&spec(1), &fence(3, 1, 10))
@@ -461,4 +472,84 @@ async fn a_killed_launcher_is_uncertain_a_failing_one_rejected() {
         .expect_err("failing");
     assert!(error.is_definite_no_effect(), "{error}");
     assert!(error.to_string().contains("broken"), "{error}");
+}
+
+/// Hex of a cluster id, as fence and tombstone record names hold it.
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[tokio::test]
+async fn records_left_by_a_crash_or_an_older_release_still_fence() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    let sandbox_dir = driver.sandbox_dir(SANDBOX);
+    fs::create_dir_all(&sandbox_dir).expect("sandbox directory");
+    // A crash between recording a fence and deleting the one it superseded leaves
+    // both; the first fencing release wrote fence.json, here the highest of all.
+    fs::write(
+        sandbox_dir.join(format!("fence.4.10.1.{}", hex(CLUSTER))),
+        b"",
+    )
+    .expect("lower record");
+    fs::write(
+        sandbox_dir.join(format!("fence.5.11.1.{}", hex(CLUSTER))),
+        b"",
+    )
+    .expect("higher record");
+    fs::write(
+        sandbox_dir.join("fence.json"),
+        serde_json::to_vec(&fence(6, 1, 3)).expect("json"),
+    )
+    .expect("legacy record");
+    assert_eq!(
+        driver.fence_of(SANDBOX).await.expect("fence"),
+        Some(fence(6, 1, 3))
+    );
+    let error = driver
+        .stop(SANDBOX, 1, Duration::ZERO, &fence(5, 1, 99))
+        .await
+        .expect_err("lower than the legacy record");
+    assert!(error.is_fenced(), "{error}");
+
+    // A higher fence supersedes (and deletes) every one of them.
+    driver
+        .stop(SANDBOX, 1, Duration::ZERO, &fence(7, 1, 1))
+        .await
+        .expect("higher fence");
+    let mut fences: Vec<String> = fs::read_dir(&sandbox_dir)
+        .expect("list")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.starts_with("fence"))
+        .collect();
+    fences.sort();
+    assert_eq!(fences, [format!("fence.7.1.1.{}", hex(CLUSTER))]);
+
+    // A tombstone of the older release still refuses launches.
+    fs::write(
+        sandbox_dir.join("tombstone.json"),
+        serde_json::to_vec(&palisade_driver::process::TombstoneRecord {
+            fence: fence(7, 1, 1),
+            removed_at_unix_ms: 1,
+        })
+        .expect("json"),
+    )
+    .expect("legacy tombstone");
+    let error = driver
+        .launch(&spec(2), &fence(8, 2, 1))
+        .await
+        .expect_err("tombstoned");
+    assert!(error.is_fenced(), "{error}");
+    assert!(generation_dirs(&sandbox_dir).is_empty());
+
+    // A record name that does not parse is not silently skipped.
+    fs::write(sandbox_dir.join("fence.garbage"), b"").expect("malformed record");
+    let error = driver.fence_of(SANDBOX).await.expect_err("malformed");
+    assert!(matches!(error, DriverError::Uncertain { .. }), "{error}");
 }

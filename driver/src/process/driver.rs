@@ -275,8 +275,16 @@ impl ProcessDriver {
     fn claim_generation(&self, spec: &LaunchSpec, fence: &Fence) -> Result<(), DriverError> {
         let sandbox_dir = self.sandbox_dir(&spec.sandbox_id);
         let lock = self.lock(&sandbox_dir)?;
-        admit_fence(&lock, &sandbox_dir, fence)?;
+        let admitted = admit_fence(&lock, &sandbox_dir, fence)?;
         let created = create_execution_dir(&self.driver_dir, spec)?;
+        if !created {
+            // A generation this call created was made durable by an fsync of the
+            // sandbox directory, which made the fence record created above durable
+            // too; otherwise (a repeated launch) fsync it for the fence alone.
+            sync_dir(&sandbox_dir)
+                .map_err(|error| io_uncertain("recording the fence of", &sandbox_dir, error))?;
+        }
+        admitted.made_durable();
         // Claim, then check (with `remove` writing the tombstone, then listing).
         let tombstone = read_tombstone(&sandbox_dir)
             .map_err(|error| io_uncertain("reading the tombstone of", &sandbox_dir, error))?;
@@ -408,7 +416,10 @@ impl ProcessDriver {
                 // The deciding step, under the lock: admit the fence, mark stopping.
                 let sandbox_dir = driver.sandbox_dir(&sandbox_id);
                 let lock = driver.lock(&sandbox_dir)?;
-                admit_fence(&lock, &sandbox_dir, &fence)?;
+                let admitted = admit_fence(&lock, &sandbox_dir, &fence)?;
+                sync_dir(&sandbox_dir)
+                    .map_err(|error| io_uncertain("recording the fence of", &sandbox_dir, error))?;
+                admitted.made_durable();
                 driver.mark_stopping(&driver.execution_dir(&sandbox_id, generation))
             })
             .await?
@@ -540,8 +551,15 @@ impl ProcessDriver {
             let (driver, sandbox_dir, fence) = (self.clone(), sandbox_dir.clone(), fence.clone());
             blocking(move || {
                 let lock = driver.lock(&sandbox_dir)?;
-                admit_fence(&lock, &sandbox_dir, &fence)?;
-                write_tombstone(&lock, &sandbox_dir, &fence)
+                let admitted = admit_fence(&lock, &sandbox_dir, &fence)?;
+                write_tombstone(&lock, &sandbox_dir, &fence)?;
+                // One fsync makes the fence and the tombstone durable, before
+                // anything is stopped.
+                sync_dir(&sandbox_dir).map_err(|error| {
+                    io_uncertain("writing the tombstone of", &sandbox_dir, error)
+                })?;
+                admitted.made_durable();
+                Ok(())
             })
             .await?;
         }
@@ -832,7 +850,7 @@ pub(super) enum Deletion {
 }
 
 /// Deletes everything in a removed sandbox's directory but its lock, fence and
-/// tombstone: the generation directories (once their executions are confirmed gone)
+/// tombstone records: the generation directories (once their executions are confirmed gone)
 /// and the leftovers of interrupted launches and writes. Call with the lock held.
 pub(super) fn delete_executions(
     _lock: &SandboxLock,
@@ -845,23 +863,19 @@ pub(super) fn delete_executions(
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Deletion::Done),
         Err(error) => return Err(uncertain(error)),
     };
-    let mut deleted = false;
     for (walked, entry) in entries.enumerate() {
         if walked >= EXECUTIONS_LISTED_MAX {
             return Err(uncertain(too_many_executions(sandbox_dir)));
         }
         let entry = entry.map_err(uncertain)?;
         let name = entry.file_name();
-        if [SANDBOX_LOCK_FILE, FENCE_FILE, TOMBSTONE_FILE]
-            .iter()
-            .any(|kept| name == OsStr::new(kept))
-        {
+        if is_fencing_entry(&name) {
             continue;
         }
         let path = entry.path();
         if !entry.file_type().map_err(uncertain)?.is_dir() {
             match fs::remove_file(&path) {
-                Ok(()) => deleted = true,
+                Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::NotFound => {}
                 Err(error) => return Err(uncertain(error)),
             }
@@ -882,7 +896,7 @@ pub(super) fn delete_executions(
             }
         }
         match fs::remove_dir_all(&path) {
-            Ok(()) => deleted = true,
+            Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             // A shim that was started before the tombstone wrote into it meanwhile.
             Err(error) if error.raw_os_error() == Some(libc::ENOTEMPTY) => {
@@ -891,9 +905,11 @@ pub(super) fn delete_executions(
             Err(error) => return Err(uncertain(error)),
         }
     }
-    if deleted {
-        sync_dir(sandbox_dir).map_err(uncertain)?;
-    }
+    // Not fsynced: the durable tombstone already says the sandbox is removed. Files
+    // a crash brings back are those of executions that were confirmed gone in a
+    // boot that is over; `list` does not report them (tombstoned, not running),
+    // no launch or shim may use them (the tombstone), and a repeated `remove` or
+    // the tombstone's collection deletes them again.
     Ok(Deletion::Done)
 }
 
@@ -1041,6 +1057,15 @@ pub(super) fn validate_fence(
                 generation.map_or_else(String::new, |generation| format!(
                     " generation {generation}"
                 ))
+            ),
+        });
+    }
+    if fence.cluster_id.len() > CLUSTER_ID_BYTES_MAX {
+        return Err(DriverError::Rejected {
+            message: format!(
+                "{fence} names a cluster id of {} bytes; the process driver records fences \
+                 in file names and accepts at most {CLUSTER_ID_BYTES_MAX} (cluster ids are UUIDs)",
+                fence.cluster_id.len()
             ),
         });
     }

@@ -22,12 +22,22 @@
 //!   directory, lock file included, while holding the lock. A caller that opened the
 //!   old file then holds a lock nobody else sees, so after locking it checks that
 //!   the path still names the file it locked, and starts over if not.
-//! - **Durable before acting.** The fence record and the tombstone are written with
-//!   `write_record`/`create_record` (temporary file, fsync, rename or link,
-//!   fsync of the directory); a new sandbox directory is made durable in the driver
-//!   directory before anything is recorded in it. A crash after recording a fence
-//!   and before the effect leaves a fence that was seen and an effect not done:
-//!   harmless, the fence only ever refuses lower ones.
+//! - **Durable before acting, for one fsync.** A fence record and a tombstone are
+//!   empty files whose *names* hold the record (`fence.<term>.<operation>.<generation>.<cluster hex>`,
+//!   `tombstone.<removed at ms>.<fence fields>`). Creating a name is atomic, and one
+//!   fsync of the sandbox directory makes it durable; a record with content (the
+//!   first fencing release wrote `fence.json`, `tombstone.json`) needs an fsync of
+//!   its temporary file, then the rename, then the directory's: twice the flushes,
+//!   on the path of every effect. The deciding step fsyncs the sandbox directory
+//!   once, after every name it created, before anything acts on them: `launch`
+//!   shares the fsync that makes its claimed generation durable, `remove` the one
+//!   of its tombstone, `stop` pays one. A newer fence deletes the records it
+//!   supersedes only after it is durable, so a crash leaves the new record, the old
+//!   one, or both (the highest counts), never none. A new sandbox directory is made
+//!   durable in the driver directory before anything is recorded in it. A crash
+//!   after recording a fence and before the effect leaves a fence that was seen and
+//!   an effect not done: harmless, the fence only ever refuses lower ones. Records
+//!   of the first release are still read (and superseded by the next fence).
 //! - **The identity is created once, by whoever comes first.** Every replica of a
 //!   host opens the same directory; each writes a candidate id to a temporary file
 //!   and links it to `.driver-id`; `link(2)` fails when the name exists, so exactly
@@ -46,7 +56,7 @@ use serde::{Deserialize, Serialize};
 use crate::{DriverError, Fence};
 
 use super::driver::io_uncertain;
-use super::records::{create_record, parent_of, read_record, sync_dir, write_record};
+use super::records::{create_record, parent_of, read_record, sync_dir};
 use super::*;
 
 /// The sandbox's tombstone: it was removed, by which fence, and when (wall clock,
@@ -73,14 +83,6 @@ pub(super) struct SandboxLock {
 
 pub(super) fn lock_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(SANDBOX_LOCK_FILE)
-}
-
-pub(super) fn fence_path(sandbox_dir: &Path) -> PathBuf {
-    sandbox_dir.join(FENCE_FILE)
-}
-
-pub(super) fn tombstone_path(sandbox_dir: &Path) -> PathBuf {
-    sandbox_dir.join(TOMBSTONE_FILE)
 }
 
 /// Creates the sandbox directory if it does not exist, durably: its entry in the
@@ -162,62 +164,278 @@ pub(super) fn lock_sandbox(
     }
 }
 
+/// What a sandbox directory records about fencing, read in one listing of it.
+#[derive(Debug, Default)]
+pub(super) struct FencingRecords {
+    /// The highest fence recorded (by order), if any.
+    pub(super) highest: Option<Fence>,
+    /// Every fence record found (the highest included): what a newer fence
+    /// supersedes.
+    pub(super) fence_paths: Vec<PathBuf>,
+    /// The tombstone, if the sandbox has one.
+    pub(super) tombstone: Option<TombstoneRecord>,
+}
+
+/// Reads the sandbox's fence and tombstone records: record names (see
+/// [`fence_name`]) and, from directories written by the first fencing release,
+/// `fence.json` and `tombstone.json`. Nothing recorded if the directory is missing.
+pub(super) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
+    let mut records = FencingRecords::default();
+    let entries = match fs::read_dir(sandbox_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(records),
+        Err(error) => return Err(error),
+    };
+    let sandbox_id = sandbox_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default();
+    for (walked, entry) in entries.enumerate() {
+        if walked >= EXECUTIONS_LISTED_MAX {
+            return Err(io::Error::other(format!(
+                "more than {EXECUTIONS_LISTED_MAX} entries under {}",
+                sandbox_dir.display()
+            )));
+        }
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue; // never one of ours
+        };
+        let (fence, tombstone) = if name == LEGACY_FENCE_FILE {
+            (read_record::<Fence>(&entry.path())?, None)
+        } else if name == LEGACY_TOMBSTONE_FILE {
+            (None, read_record::<TombstoneRecord>(&entry.path())?)
+        } else if name.starts_with(FENCE_PREFIX) {
+            (Some(parse_fence_name(name, sandbox_id)?), None)
+        } else if name.starts_with(TOMBSTONE_PREFIX) {
+            (None, Some(parse_tombstone_name(name, sandbox_id)?))
+        } else {
+            continue;
+        };
+        if let Some(fence) = fence {
+            records.fence_paths.push(entry.path());
+            if records
+                .highest
+                .as_ref()
+                .is_none_or(|highest| fence.order() > highest.order())
+            {
+                records.highest = Some(fence);
+            }
+        }
+        if let Some(tombstone) = tombstone
+            && records
+                .tombstone
+                .as_ref()
+                .is_none_or(|kept| tombstone.removed_at_unix_ms > kept.removed_at_unix_ms)
+        {
+            // Only one is ever written; should an old-format one be left beside it,
+            // the later keeps the sandbox longest.
+            records.tombstone = Some(tombstone);
+        }
+    }
+    Ok(records)
+}
+
 /// The highest fence admitted for the sandbox, if any.
 pub(super) fn read_fence(sandbox_dir: &Path) -> io::Result<Option<Fence>> {
-    read_record(&fence_path(sandbox_dir))
+    Ok(read_fencing(sandbox_dir)?.highest)
 }
 
 /// The sandbox's tombstone, if it has one.
 pub(super) fn read_tombstone(sandbox_dir: &Path) -> io::Result<Option<TombstoneRecord>> {
-    read_record(&tombstone_path(sandbox_dir))
+    Ok(read_fencing(sandbox_dir)?.tombstone)
 }
 
-/// Checks `fence` against the highest fence seen for the sandbox and records it if
-/// it is higher. Call with the sandbox's lock held, and take the deciding step of
-/// the effect before dropping it.
+/// Whether `name`, an entry of a sandbox directory, is a fencing record (or the
+/// lock): what stays of a removed sandbox.
+pub(super) fn is_fencing_entry(name: &std::ffi::OsStr) -> bool {
+    name.to_str().is_some_and(|name| {
+        name == SANDBOX_LOCK_FILE
+            || name == LEGACY_FENCE_FILE
+            || name == LEGACY_TOMBSTONE_FILE
+            || name.starts_with(FENCE_PREFIX)
+            || name.starts_with(TOMBSTONE_PREFIX)
+    })
+}
+
+/// The name of the record of `fence`:
+/// `fence.<term>.<operation index>.<generation>.<cluster id, hex>`.
+///
+/// The record is an empty file whose name is its content, because creating a
+/// name is atomic and made durable by one fsync of the directory, which the
+/// deciding step of every effect does anyway (for the generation it claims, the
+/// tombstone it writes, or the fence alone): a record with content would need
+/// its own fsync first, so that a crash could not leave the name without it.
+/// Hex keeps any cluster id a valid, separator-free name.
+pub(super) fn fence_name(fence: &Fence) -> String {
+    format!(
+        "{FENCE_PREFIX}{}.{}.{}.{}",
+        fence.term,
+        fence.operation_index,
+        fence.generation,
+        hex(&fence.cluster_id)
+    )
+}
+
+/// The name of the tombstone written by `fence` at `removed_at_unix_ms`:
+/// `tombstone.<removed at, ms>.<term>.<operation index>.<generation>.<cluster id, hex>`.
+pub(super) fn tombstone_name(fence: &Fence, removed_at_unix_ms: u64) -> String {
+    format!(
+        "{TOMBSTONE_PREFIX}{removed_at_unix_ms}.{}.{}.{}.{}",
+        fence.term,
+        fence.operation_index,
+        fence.generation,
+        hex(&fence.cluster_id)
+    )
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<String> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..text.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(text.get(at..at + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+fn malformed(name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{name:?} looks like a fencing record but does not parse"),
+    )
+}
+
+/// Parses `<term>.<operation index>.<generation>.<cluster id, hex>`.
+fn parse_fence_fields(fields: &[&str], sandbox_id: &str) -> Option<Fence> {
+    let [term, operation_index, generation, cluster_id] = fields else {
+        return None;
+    };
+    Some(Fence {
+        cluster_id: unhex(cluster_id)?,
+        term: term.parse().ok()?,
+        sandbox_id: sandbox_id.to_owned(),
+        generation: generation.parse().ok()?,
+        operation_index: operation_index.parse().ok()?,
+    })
+}
+
+pub(super) fn parse_fence_name(name: &str, sandbox_id: &str) -> io::Result<Fence> {
+    let fields: Vec<&str> = name
+        .strip_prefix(FENCE_PREFIX)
+        .unwrap_or_default()
+        .split('.')
+        .collect();
+    parse_fence_fields(&fields, sandbox_id).ok_or_else(|| malformed(name))
+}
+
+pub(super) fn parse_tombstone_name(name: &str, sandbox_id: &str) -> io::Result<TombstoneRecord> {
+    let fields: Vec<&str> = name
+        .strip_prefix(TOMBSTONE_PREFIX)
+        .unwrap_or_default()
+        .split('.')
+        .collect();
+    let parsed = fields.split_first().and_then(|(removed_at, fence)| {
+        Some(TombstoneRecord {
+            fence: parse_fence_fields(fence, sandbox_id)?,
+            removed_at_unix_ms: removed_at.parse().ok()?,
+        })
+    });
+    parsed.ok_or_else(|| malformed(name))
+}
+
+/// Creates an empty file unless the name exists. Not fsynced: the caller makes the
+/// directory durable (see [`fence_name`]).
+fn create_name(path: &Path) -> io::Result<()> {
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// A fence admitted and recorded, not yet durable: the caller fsyncs the sandbox
+/// directory (together with its own deciding step's names) before the effect goes
+/// on, then calls [`AdmittedFence::made_durable`].
+#[must_use = "the fence is durable only once the sandbox directory is fsynced"]
+#[derive(Debug)]
+pub(super) struct AdmittedFence {
+    superseded: Vec<PathBuf>,
+}
+
+impl AdmittedFence {
+    /// Deletes the records the new fence superseded. Only after the new one is
+    /// durable: a crash must never leave no fence at all. Not fsynced: a lower
+    /// record that survives a crash is ignored beside the higher one and deleted
+    /// by the next admitted fence.
+    pub(super) fn made_durable(self) {
+        for path in self.superseded {
+            // Any failure leaves a lower record, which never decides anything.
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Checks `fence` against the highest fence seen for the sandbox and records it.
+/// Call with the sandbox's lock held; take the deciding step of the effect, fsync
+/// the sandbox directory and call [`AdmittedFence::made_durable`] before dropping
+/// it.
 pub(super) fn admit_fence(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
-) -> Result<(), DriverError> {
-    let uncertain = |error| io_uncertain("reading the fence of", sandbox_dir, error);
-    let seen = read_fence(sandbox_dir).map_err(uncertain)?;
-    if let Some(seen) = &seen {
-        if !fence.admits_after(seen) {
-            let why = if fence.cluster_id != seen.cluster_id {
-                format!("it belongs to cluster {:?}", fence.cluster_id)
-            } else {
-                "it is lower".to_owned()
-            };
-            return Err(DriverError::Fenced {
-                message: format!(
-                    "{fence} refused: the driver already saw {seen} of cluster {:?}, and {why}; \
-                     a newer leader owns this sandbox",
-                    seen.cluster_id
-                ),
-            });
-        }
-        if fence.order() == seen.order() {
-            return Ok(()); // the same operation again: nothing new to record
-        }
+) -> Result<AdmittedFence, DriverError> {
+    let records = read_fencing(sandbox_dir)
+        .map_err(|error| io_uncertain("reading the fence of", sandbox_dir, error))?;
+    if let Some(seen) = &records.highest
+        && !fence.admits_after(seen)
+    {
+        let why = if fence.cluster_id != seen.cluster_id {
+            format!("it belongs to cluster {:?}", fence.cluster_id)
+        } else {
+            "it is lower".to_owned()
+        };
+        return Err(DriverError::Fenced {
+            message: format!(
+                "{fence} refused: the driver already saw {seen} of cluster {:?}, and {why}; \
+                 a newer leader owns this sandbox",
+                seen.cluster_id
+            ),
+        });
     }
-    write_record(&fence_path(sandbox_dir), fence)
-        .map_err(|error| io_uncertain("recording the fence of", sandbox_dir, error))
+    // Recorded also when equal (a repeated call): the call that recorded it first
+    // may have died before making it durable, and this one is about to act on it.
+    let path = sandbox_dir.join(fence_name(fence));
+    create_name(&path)
+        .map_err(|error| io_uncertain("recording the fence of", sandbox_dir, error))?;
+    let superseded = records
+        .fence_paths
+        .into_iter()
+        .filter(|recorded| *recorded != path)
+        .collect();
+    Ok(AdmittedFence { superseded })
 }
 
-/// Writes the sandbox's tombstone unless it has one. Call with the lock held.
+/// Records the sandbox's tombstone (by `fence`, now) unless it has one. Call with
+/// the lock held, after [`admit_fence`]; the caller fsyncs the sandbox directory
+/// before it stops anything.
 pub(super) fn write_tombstone(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
 ) -> Result<(), DriverError> {
-    let record = TombstoneRecord {
-        fence: fence.clone(),
-        removed_at_unix_ms: unix_ms(SystemTime::now()),
-    };
-    create_record(&tombstone_path(sandbox_dir), &record)
-        .map(|_created| ())
-        .map_err(|error| io_uncertain("writing the tombstone of", sandbox_dir, error))
+    let uncertain = |error| io_uncertain("writing the tombstone of", sandbox_dir, error);
+    if read_tombstone(sandbox_dir).map_err(uncertain)?.is_some() {
+        return Ok(()); // the first remove's tombstone is kept
+    }
+    let name = tombstone_name(fence, unix_ms(SystemTime::now()));
+    create_name(&sandbox_dir.join(name)).map_err(uncertain)
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock before it).
@@ -257,4 +475,50 @@ pub(super) fn read_identity(driver_dir: &Path) -> io::Result<String> {
         ));
     }
     Ok(record.driver_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_names_round_trip_any_cluster_id() {
+        for cluster_id in ["0f2c7d2e-8d64-4f0e-9a53-3c1f7d2a9b10", "a.b/c", "ünï", ""] {
+            let fence = Fence {
+                cluster_id: cluster_id.to_owned(),
+                term: u64::MAX,
+                sandbox_id: "sandbox-1".to_owned(),
+                generation: 7,
+                operation_index: 12,
+            };
+            let name = fence_name(&fence);
+            assert!(name.len() <= 255 && !name.contains('/'), "{name}");
+            assert_eq!(parse_fence_name(&name, "sandbox-1").expect("parses"), fence);
+            let tombstone = tombstone_name(&fence, 1_700_000_000_000);
+            assert_eq!(
+                parse_tombstone_name(&tombstone, "sandbox-1").expect("parses"),
+                TombstoneRecord {
+                    fence,
+                    removed_at_unix_ms: 1_700_000_000_000
+                }
+            );
+        }
+        let longest = Fence {
+            cluster_id: "x".repeat(CLUSTER_ID_BYTES_MAX),
+            term: u64::MAX,
+            sandbox_id: "s".to_owned(),
+            generation: u64::MAX,
+            operation_index: u64::MAX,
+        };
+        assert!(tombstone_name(&longest, u64::MAX).len() <= 255);
+        for malformed in [
+            "fence.1.2",
+            "fence.1.2.3.4.5",
+            "fence.x.2.3.",
+            "fence.1.2.3.zz",
+        ] {
+            assert!(parse_fence_name(malformed, "s").is_err(), "{malformed}");
+        }
+        assert!(parse_tombstone_name("tombstone.1.2.3", "s").is_err());
+    }
 }

@@ -32,8 +32,12 @@
 //!   .driver-id           the directory's identity {driver_id}: a random id, written once
 //!   <sandbox_id>/
 //!     sandbox.lock       flock'ed (exclusive) around every fenced step of the sandbox
-//!     fence.json         the highest fence admitted for the sandbox
-//!     tombstone.json     the sandbox was removed {fence, removed_at_unix_ms}
+//!     fence.<term>.<operation>.<generation>.<cluster id, hex>
+//!                        the highest fence admitted for the sandbox: an empty file,
+//!                        its name is the record (lower ones are deleted once it is
+//!                        durable; a crash may leave them, the highest counts)
+//!     tombstone.<removed at, unix ms>.<term>.<operation>.<generation>.<cluster id, hex>
+//!                        the sandbox was removed, by that fence, then (empty file)
 //!     <generation>/
 //!       spec.json        the LaunchSpec; present before the directory becomes visible
 //!       shim.json        the shim's claim {generation, pid, start_time, boot_id, driver_id}
@@ -50,9 +54,32 @@
 //! ```
 //!
 //! Records are written once, atomically (temporary file, fsync, rename or link, fsync
-//! of the directory), so a reader sees all of a record or none of it. Names that are
-//! not a sandbox id (`.driver-id`, `.staging-*`) or not a generation (`fence.json`,
-//! ...) are never mistaken for executions.
+//! of the directory; fence and tombstone records by creating their name), so a
+//! reader sees all of a record or none of it. Names that are not a sandbox id
+//! (`.driver-id`, `.staging-*`) or not a generation (`fence.…`, ...) are never
+//! mistaken for executions.
+//!
+//! # What is fsynced, and what is not
+//!
+//! Each fsync is a flush of the disk's cache on the path of an effect, so each one
+//! is there for a reason, and the rest are left out on purpose:
+//!
+//! - `launch` (deciding step): the new sandbox directory in the driver directory,
+//!   `spec.json` and the staging directory, and the sandbox directory after the
+//!   rename (which also makes the fence record durable). The shim: `shim.json`'s
+//!   content (its name becomes durable with the next fsync of the execution
+//!   directory, which every path that acts on the claim takes: `command.json`
+//!   before the command runs, `exit.json` or `rejected.json` when it does not; a
+//!   claim lost in a crash before that was never acted on), and `command.json`
+//!   with its directory, before the barrier opens.
+//! - `stop`: the sandbox directory, for the fence, before `stop-requested`.
+//!   `stop-requested` is not fsynced (only shims of this boot must see it).
+//!   `exit.json` is fsynced but not its directory entry: a crash may lose the
+//!   name (never give a partial record), and then the execution of a boot that
+//!   is over reads as `Absent` (resolved by observation as lost), not `Exited`.
+//! - `remove`: the sandbox directory, once, for the fence and the tombstone,
+//!   before anything is stopped. Deleting the executions' files afterwards is not
+//!   fsynced: what a crash brings back is ignored beside the tombstone.
 //!
 //! # Fencing (see the crate's "Fencing reaches the effect")
 //!
@@ -61,16 +88,17 @@
 //! sandbox's `flock` ([`fencing`] says why each choice):
 //!
 //! - `launch`: lock; check and record the fence; claim the generation directory
-//!   (rename); check the tombstone; unlock. A launch that finds a tombstone deletes
+//!   (rename; one fsync makes both durable); check the tombstone; unlock. A launch that finds a tombstone deletes
 //!   the directory it just claimed and answers `Fenced`; no shim was started for it.
-//! - `stop`: lock; check and record the fence; create `stop-requested`; unlock; then
+//! - `stop`: lock; check and record the fence (fsync); create `stop-requested`;
+//!   unlock; then
 //!   wait and signal. Nothing removes `stop-requested`, so the stop is decided once
 //!   the marker exists, and no later fence can make the execution run again.
-//! - `remove`: lock; check and record the fence; write the tombstone (durably);
-//!   unlock; stop every execution; lock; delete the generation directories; unlock
+//! - `remove`: lock; check and record the fence; write the tombstone; fsync (both
+//!   durable); unlock; stop every execution; lock; delete the generation directories; unlock
 //!   (again from "stop every execution" if a shim started before the tombstone claimed
-//!   its execution meanwhile). The sandbox directory with `fence.json` and
-//!   `tombstone.json` stays.
+//!   its execution meanwhile). The sandbox directory with its fence and tombstone
+//!   records stays.
 //!
 //! Tombstones are collected by [`ProcessDriver::collect_tombstones`] once they are
 //! older than [`ProcessDriverTimeouts::tombstone_retention`] (7 days by default, far
@@ -194,6 +222,10 @@ pub const TOMBSTONE_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 6
 /// it answers `Uncertain` (a round is repeated only when a shim claimed an execution
 /// while the previous one ran).
 pub(super) const REMOVE_ROUNDS_MAX: usize = 5;
+/// Longest cluster id a fence may carry: fence and tombstone records are file
+/// names holding it hex-encoded, and a name has at most 255 bytes. Cluster ids are
+/// UUIDs (36 bytes).
+pub const CLUSTER_ID_BYTES_MAX: usize = 64;
 /// Most sandbox directories one tombstone collection walks.
 pub const SANDBOXES_COLLECTED_MAX: usize = 100_000;
 
@@ -218,8 +250,14 @@ pub(super) const STDERR_FILE: &str = "stderr.log";
 pub(super) const SHIM_LOG_FILE: &str = "shim.log";
 pub(super) const WORK_DIRECTORY: &str = "work";
 pub(super) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
-pub(super) const FENCE_FILE: &str = "fence.json";
-pub(super) const TOMBSTONE_FILE: &str = "tombstone.json";
+/// Prefix of fence records (empty files named by the fence; see `fencing`).
+pub(super) const FENCE_PREFIX: &str = "fence.";
+/// Prefix of tombstone records (empty files named by the tombstone).
+pub(super) const TOMBSTONE_PREFIX: &str = "tombstone.";
+/// The fence record of the first fencing release (JSON), still honoured.
+pub(super) const LEGACY_FENCE_FILE: &str = "fence.json";
+/// The tombstone record of the first fencing release (JSON), still honoured.
+pub(super) const LEGACY_TOMBSTONE_FILE: &str = "tombstone.json";
 /// Starts with a dot, so it is never a sandbox id.
 pub(super) const DRIVER_ID_FILE: &str = ".driver-id";
 /// Prefix of execution directories under construction; never a valid sandbox id

@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -297,22 +297,59 @@ pub(super) fn temporary_path(path: &Path) -> PathBuf {
     path.with_file_name(temporary)
 }
 
-pub(super) fn write_file_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
-    file.write_all(bytes)?;
+/// fsync calls made by this process through [`write_file_synced`] and [`sync_dir`]
+/// (each one a flush of the disk's cache on the path of an effect).
+static FSYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// How many fsyncs the process driver code of this process has made so far. For
+/// the tests that keep its fsync budget per effect; not for operators.
+#[doc(hidden)]
+pub fn fsyncs_issued() -> u64 {
+    FSYNCS.load(Ordering::Relaxed)
+}
+
+fn sync(file: &File) -> io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
     file.sync_all()
 }
 
+pub(super) fn write_file_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    file.write_all(bytes)?;
+    sync(&file)
+}
+
 pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    sync(&File::open(dir)?)
+}
+
+/// How far a record write goes toward durability before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Durability {
+    /// The content and the name: fsync of the file, then of its directory.
+    Durable,
+    /// The content only: the name becomes durable with the next fsync of the
+    /// directory. A crash may lose the name, never leave it naming a partial
+    /// record. For records whose directory the caller fsyncs later anyway, or whose
+    /// loss in a crash is resolved by observation (say which at the call).
+    ContentOnly,
 }
 
 pub(super) fn parent_of(path: &Path) -> &Path {
     path.parent().unwrap_or_else(|| Path::new("."))
 }
 
-/// Writes a record atomically, replacing any previous one.
+/// Writes a record atomically, replacing any previous one, durably.
 pub(super) fn write_record<T: Serialize>(path: &Path, record: &T) -> io::Result<()> {
+    write_record_with(path, record, Durability::Durable)
+}
+
+/// Writes a record atomically, replacing any previous one.
+pub(super) fn write_record_with<T: Serialize>(
+    path: &Path,
+    record: &T,
+    durability: Durability,
+) -> io::Result<()> {
     let temporary = temporary_path(path);
     let written = write_file_synced(&temporary, &serde_json::to_vec(record)?)
         .and_then(|()| fs::rename(&temporary, path));
@@ -320,17 +357,31 @@ pub(super) fn write_record<T: Serialize>(path: &Path, record: &T) -> io::Result<
         let _ = fs::remove_file(&temporary);
     }
     written?;
-    sync_dir(parent_of(path))
+    match durability {
+        Durability::Durable => sync_dir(parent_of(path)),
+        Durability::ContentOnly => Ok(()),
+    }
+}
+
+/// Writes a record atomically and durably unless one exists. Returns whether this
+/// call created it.
+pub(super) fn create_record<T: Serialize>(path: &Path, record: &T) -> io::Result<bool> {
+    create_record_with(path, record, Durability::Durable)
 }
 
 /// Writes a record atomically unless one exists. Returns whether this call created it.
-pub(super) fn create_record<T: Serialize>(path: &Path, record: &T) -> io::Result<bool> {
+pub(super) fn create_record_with<T: Serialize>(
+    path: &Path,
+    record: &T,
+    durability: Durability,
+) -> io::Result<bool> {
     let temporary = temporary_path(path);
     write_file_synced(&temporary, &serde_json::to_vec(record)?)?;
     // link(2), unlike rename(2), fails if the name exists: exactly one creator wins.
     let linked = fs::hard_link(&temporary, path);
     let _ = fs::remove_file(&temporary);
     match linked {
+        Ok(()) if durability == Durability::ContentOnly => Ok(true),
         Ok(()) => sync_dir(parent_of(path)).map(|()| true),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(error) => Err(error),

@@ -235,7 +235,11 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
         boot_id: me.boot_id,
         driver_id,
     };
-    if !create_record(&dir.join(SHIM_FILE), &claim)? {
+    // Its name is made durable by the next fsync of this directory, which every
+    // path that acts on the claim takes (command.json before the command runs,
+    // exit.json or rejected.json otherwise): a claim lost in a crash before that
+    // was never acted on, and a repeated launch starts another shim.
+    if !create_record_with(&dir.join(SHIM_FILE), &claim, Durability::ContentOnly)? {
         return Ok(()); // another shim owns this execution
     }
     // Claim, then check: `stop` marks the execution and then reads the claim, and
@@ -344,7 +348,11 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     sweep_descendants();
     // Every process that could write the pipes is gone; let the logs drain.
     await_output_pumps(outputs);
-    write_record(&dir.join(EXIT_FILE), &exit)
+    // Content only (see the module's "What is fsynced"): the record is whole or
+    // absent after a crash, and an absent one reads, in a later boot, as an
+    // execution that is gone without an exit status, which the leader resolves
+    // by observation. Every fsync here delays every stop.
+    write_record_with(&dir.join(EXIT_FILE), &exit, Durability::ContentOnly)
 }
 
 /// TEST-ONLY hook, honoured in debug builds only and read only by the shim, from the

@@ -1,0 +1,100 @@
+//! The fsync budget of the process driver's fenced steps, on the gateway side.
+//!
+//! Each fsync is a flush of the disk's cache on the path of an effect (2–8 ms on
+//! the virtual disks this runs on), so fencing must not add any beyond the one that
+//! makes the fence durable with the step's own records: `launch` shares the fsync
+//! of the generation it claims, `remove` the one of its tombstone, `stop` pays one
+//! (see the "What is fsynced" section of `palisade_driver::process`). The counter is
+//! process-wide, so this file holds one test, run alone in its own binary.
+#![cfg(target_os = "linux")]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use palisade_driver::process::records::fsyncs_issued;
+use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
+use palisade_driver::{ComputeDriver, Fence, LaunchSpec};
+
+const CLUSTER: &str = "0f2c7d2e-8d64-4f0e-9a53-3c1f7d2a9b10";
+const SANDBOX: &str = "sandbox-budget";
+
+fn fence(generation: u64, operation_index: u64) -> Fence {
+    Fence {
+        cluster_id: CLUSTER.to_owned(),
+        term: 3,
+        sandbox_id: SANDBOX.to_owned(),
+        generation,
+        operation_index,
+    }
+}
+
+/// Runs `step` and returns the fsyncs it made.
+async fn fsyncs_of<T>(step: impl Future<Output = T>) -> (T, u64) {
+    let before = fsyncs_issued();
+    let result = step.await;
+    (result, fsyncs_issued() - before)
+}
+
+#[tokio::test]
+async fn fenced_steps_stay_within_their_fsync_budget() {
+    let root = tempfile::tempdir().expect("temporary directory");
+    // No shim program: the launch gets through its deciding step (fence, claim,
+    // tombstone check) and then fails to start the launcher. The shim's own fsyncs
+    // (claim content, command.json and its directory, exit.json content) happen in
+    // the shim's process and are not counted here.
+    let driver = ProcessDriver::new(
+        root.path().join("driver"),
+        PathBuf::from("/nonexistent/palisade-test-shim"),
+    )
+    .expect("driver directory")
+    .with_timeouts(ProcessDriverTimeouts {
+        shim_start_timeout: Duration::from_secs(5),
+        ..ProcessDriverTimeouts::default()
+    });
+    let spec = LaunchSpec {
+        sandbox_id: SANDBOX.to_owned(),
+        generation: 1,
+        command: vec!["sleep".to_owned(), "1000".to_owned()],
+        env: Default::default(),
+    };
+
+    let (launched, launch) = fsyncs_of(driver.launch(&spec, &fence(1, 10))).await;
+    assert!(launched.is_err(), "no shim program, yet {launched:?}");
+    // The new sandbox directory's entry, spec.json, the staging directory, and the
+    // sandbox directory after the rename (the generation and the fence together).
+    assert_eq!(launch, 4, "fsyncs of a first launch");
+    assert_eq!(
+        driver.fence_of(SANDBOX).await.expect("fence"),
+        Some(fence(1, 10))
+    );
+
+    let (stopped, stop) =
+        fsyncs_of(driver.stop(SANDBOX, 1, Duration::from_millis(10), &fence(1, 20))).await;
+    stopped.expect("stop");
+    // The fence (stop-requested is not fsynced).
+    assert_eq!(stop, 1, "fsyncs of a stop");
+
+    let (removed, remove) = fsyncs_of(driver.remove(SANDBOX, &fence(1, 30))).await;
+    removed.expect("remove");
+    // The fence and the tombstone, together; deleting the files is not fsynced.
+    assert_eq!(remove, 1, "fsyncs of a remove");
+    assert_eq!(
+        driver
+            .tombstone_of(SANDBOX)
+            .await
+            .expect("tombstone")
+            .map(|tombstone| tombstone.fence),
+        Some(fence(1, 30))
+    );
+    assert_eq!(
+        driver.fence_of(SANDBOX).await.expect("fence"),
+        Some(fence(1, 30))
+    );
+
+    // Retries pay for the fence again (its first recorder may have died before
+    // making it durable), once.
+    let (stopped, stop_again) =
+        fsyncs_of(driver.stop(SANDBOX, 1, Duration::from_millis(10), &fence(1, 30))).await;
+    stopped.expect("stop after remove");
+    assert_eq!(stop_again, 1, "fsyncs of a repeated fence");
+}
