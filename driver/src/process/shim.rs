@@ -689,21 +689,30 @@ unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! 
 /// Threads copying the command's stdout and stderr into their rotated logs.
 pub(super) struct OutputPumps {
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// One message per thread as it finishes, so the shim waits for the end of
+    /// the output without polling (a poll would delay every exit, and so every
+    /// stop, by up to its interval).
+    finished: std::sync::mpsc::Receiver<()>,
 }
 
 /// Starts one thread per output stream. After this the shim has threads, so it
 /// must not fork again.
 pub(super) fn start_output_pumps(child: &mut BarrierChild, dir: &Path) -> OutputPumps {
     let mut threads = Vec::new();
+    let (finishing, finished) = std::sync::mpsc::channel();
     for (pipe, name) in [
         (child.stdout.take(), STDOUT_FILE),
         (child.stderr.take(), STDERR_FILE),
     ] {
         let Some(pipe) = pipe else { continue };
         let path = dir.join(name);
+        let finishing = finishing.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("pump-{name}"))
             .spawn(move || {
+                // Sent when this closure returns or unwinds (the sender is dropped
+                // either way, which the receiver also sees).
+                let _finished = FinishedOnDrop(finishing);
                 let reader = File::from(pipe);
                 match RotatingLog::open(&path, LOG_FILE_BYTES_MAX) {
                     Ok(mut log) => {
@@ -730,22 +739,31 @@ pub(super) fn start_output_pumps(child: &mut BarrierChild, dir: &Path) -> Output
             Err(error) => eprintln!("palisade shim: cannot start the {name} pump: {error}"),
         }
     }
-    OutputPumps { threads }
+    OutputPumps { threads, finished }
+}
+
+/// Tells the shim a pump thread is done, however it ends.
+struct FinishedOnDrop(std::sync::mpsc::Sender<()>);
+
+impl Drop for FinishedOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
 }
 
 /// Waits (bounded) for the pumps to reach end of file. A descendant that escaped the
 /// sweep may hold a pipe open forever; the exit is recorded anyway.
 pub(super) fn await_output_pumps(pumps: OutputPumps) {
     let deadline = Instant::now() + SHIM_OUTPUT_DRAIN_TIMEOUT;
-    while pumps.threads.iter().any(|thread| !thread.is_finished()) {
-        if Instant::now() >= deadline {
+    for _ in 0..pumps.threads.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if pumps.finished.recv_timeout(left).is_err() {
             eprintln!(
                 "palisade shim: the command's output still open {SHIM_OUTPUT_DRAIN_TIMEOUT:?} after \
                  its processes were swept; recording the exit anyway"
             );
             return;
         }
-        std::thread::sleep(SHIM_SWEEP_POLL_INTERVAL);
     }
     for thread in pumps.threads {
         let _ = thread.join();
