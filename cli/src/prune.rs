@@ -240,7 +240,12 @@ pub async fn delete_listed(
             .status
             .as_ref()
             .and_then(|status| v1::SandboxPhase::try_from(status.phase).ok())
-            .map(|phase| phase.as_str_name().trim_start_matches("SANDBOX_PHASE_").to_string())
+            .map(|phase| {
+                phase
+                    .as_str_name()
+                    .trim_start_matches("SANDBOX_PHASE_")
+                    .to_string()
+            })
             .unwrap_or_default();
         (meta, phase)
     };

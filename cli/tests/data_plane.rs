@@ -61,33 +61,66 @@ async fn exec_sentinel_survives_stop_start_and_delete_removes_the_workdir() {
     assert!(workdir.join("sentinel.txt").is_file());
 
     // The command's exit code is the CLI's.
-    let failed = cli_async(&endpoints, &["sandbox", "exec", "box", "--", "sh", "-c", "exit 7"]).await;
+    let failed = cli_async(
+        &endpoints,
+        &["sandbox", "exec", "box", "--", "sh", "-c", "exit 7"],
+    )
+    .await;
     assert_eq!(failed.status.code(), Some(7));
-    let missing = cli_async(&endpoints, &["sandbox", "exec", "box", "--", "no-such-program"]).await;
-    assert_eq!(missing.status.code(), Some(127), "{}", text(&missing.stderr));
+    let missing = cli_async(
+        &endpoints,
+        &["sandbox", "exec", "box", "--", "no-such-program"],
+    )
+    .await;
+    assert_eq!(
+        missing.status.code(),
+        Some(127),
+        "{}",
+        text(&missing.stderr)
+    );
 
     // Stopped: exec is refused, the file stays.
     cli_json_async(&endpoints, &["sandbox", "stop", "box"]).await;
-    let refused = cli_async(&endpoints, &["sandbox", "exec", "box", "--", "cat", "sentinel.txt"]).await;
+    let refused = cli_async(
+        &endpoints,
+        &["sandbox", "exec", "box", "--", "cat", "sentinel.txt"],
+    )
+    .await;
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         text(&refused.stderr).contains("INVALID_PHASE"),
         "{}",
         text(&refused.stderr)
     );
-    assert!(workdir.join("sentinel.txt").is_file(), "stop keeps the working directory");
+    assert!(
+        workdir.join("sentinel.txt").is_file(),
+        "stop keeps the working directory"
+    );
 
     // Started again (a new generation): the file is there.
     let started = cli_json_async(&endpoints, &["sandbox", "start", "box"]).await;
     assert_eq!(started["generation"], 2);
-    let read = cli_async(&endpoints, &["sandbox", "exec", "box", "--", "cat", "sentinel.txt"]).await;
+    let read = cli_async(
+        &endpoints,
+        &["sandbox", "exec", "box", "--", "cat", "sentinel.txt"],
+    )
+    .await;
     assert!(read.status.success(), "{}", text(&read.stderr));
     assert_eq!(text(&read.stdout), "sentinel-4711\n");
 
     // A long exec is running when the sandbox is deleted: once delete
     // answers, it is gone and so is the working directory.
     let mut long_exec = tokio::process::Command::new(palisade())
-        .args(["--endpoint", &endpoints, "sandbox", "exec", "box", "--", "sleep", "4712"])
+        .args([
+            "--endpoint",
+            &endpoints,
+            "sandbox",
+            "exec",
+            "box",
+            "--",
+            "sleep",
+            "4712",
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -100,7 +133,10 @@ async fn exec_sentinel_survives_stop_start_and_delete_removes_the_workdir() {
     }
     let deleted = cli_json_async(&endpoints, &["sandbox", "delete", "box"]).await;
     assert_eq!(deleted["deleted"], true);
-    assert!(!workdir.exists(), "delete removed the working directory before answering");
+    assert!(
+        !workdir.exists(),
+        "delete removed the working directory before answering"
+    );
     assert!(
         pids_running(&["sleep", "4712"]).is_empty(),
         "delete killed the exec'd command before answering"
@@ -149,11 +185,23 @@ async fn logs_prints_and_tails_each_stream() {
     assert_eq!(text(&tail.stdout), "out-3\nout-4\n");
     assert_eq!(text(&tail.stderr), "err-3\nerr-4\n");
     // Generation 1 named explicitly; generation 2 was never launched.
-    let first = cli_async(&endpoints, &["sandbox", "logs", "talker", "--generation", "1"]).await;
+    let first = cli_async(
+        &endpoints,
+        &["sandbox", "logs", "talker", "--generation", "1"],
+    )
+    .await;
     assert_eq!(text(&first.stdout), "out-1\nout-2\nout-3\nout-4\n");
-    let never = cli_async(&endpoints, &["sandbox", "logs", "talker", "--generation", "2"]).await;
+    let never = cli_async(
+        &endpoints,
+        &["sandbox", "logs", "talker", "--generation", "2"],
+    )
+    .await;
     assert_eq!(never.status.code(), Some(1));
-    assert!(text(&never.stderr).contains("INVALID_GENERATION"), "{}", text(&never.stderr));
+    assert!(
+        text(&never.stderr).contains("INVALID_GENERATION"),
+        "{}",
+        text(&never.stderr)
+    );
 }
 
 /// `logs -f` is served by the replica it reached; that replica is the
@@ -170,10 +218,13 @@ async fn logs_follow_survives_a_leader_change_without_losing_or_repeating() {
     };
     let (leader, _) = cluster.wait_for_leader(&[1, 2, 3]).await;
     let all = cluster.cli_endpoints(&[1, 2, 3]);
-    let script = format!(
-        "i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line-$i; sleep 0.04; done"
-    );
-    cli_json_async(&all, &["sandbox", "create", "ticker", "--", "sh", "-c", &script]).await;
+    let script =
+        format!("i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo line-$i; sleep 0.04; done");
+    cli_json_async(
+        &all,
+        &["sandbox", "create", "ticker", "--", "sh", "-c", &script],
+    )
+    .await;
     // The leader first: the stream is served by the replica that is killed.
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != leader).collect();
     let endpoints = cluster.cli_endpoints(&[leader, others[0], others[1]]);

@@ -2,10 +2,17 @@
 //! three-replica cluster (noop driver for the bulk), and server-side label
 //! selectors on `list` and `prune`.
 //!
-//! The prune test lists 600 sandboxes in ERROR/STOPPED across three
-//! workspaces among 2,000 (`PALISADE_PRUNE_TEST_SANDBOXES` overrides the
-//! total; the inactive ones are always 30%), with the listing's page size
-//! forced to 50. Between the listing and the deletes (held there by the
+//! The prune test lists the sandboxes in ERROR/STOPPED across three
+//! workspaces (always 30% of them) with the listing's page size forced to
+//! 50. In the suite it runs with 400 sandboxes (120 listed, 3 pages per
+//! workspace); the acceptance size, 2,000 sandboxes of which 600 listed
+//! (about 4 minutes in a debug build on a loaded 2-core machine, most of
+//! it creating the sandboxes):
+//!
+//! ```sh
+//! PALISADE_PRUNE_TEST_SANDBOXES=2000 cargo test -p palisade-cli --test prune -- --nocapture prune_deletes
+//! ```
+//! Between the listing and the deletes (held there by the
 //! TEST-ONLY `PALISADE_PRUNE_HOLD_FILE`), 20 of the listed sandboxes are
 //! replaced by same-name sandboxes: exactly the others are pruned, the
 //! replacements survive and are reported skipped.
@@ -36,7 +43,7 @@ fn total_sandboxes() -> usize {
     std::env::var("PALISADE_PRUNE_TEST_SANDBOXES")
         .ok()
         .and_then(|value| value.parse().ok())
-        .unwrap_or(2_000)
+        .unwrap_or(400)
 }
 
 /// What a setup sandbox should end up as.
@@ -320,7 +327,11 @@ async fn prune_deletes_exactly_the_listed_sandboxes_across_workspaces_and_pages(
             item["name"].as_str().unwrap().to_string(),
         );
         let (listed_id, _) = &created[&key];
-        assert_eq!(item["id"], listed_id.as_str(), "reported with its listed id");
+        assert_eq!(
+            item["id"],
+            listed_id.as_str(),
+            "reported with its listed id"
+        );
         match item["outcome"].as_str().unwrap() {
             "skipped" => {
                 assert_eq!(item["reason"], "SANDBOX_IDENTITY_MISMATCH", "{item}");
@@ -410,8 +421,14 @@ async fn label_selectors_filter_list_and_prune() {
         ["bare-1", "dev-2", "keep-1", "prod-2"]
     );
     assert_eq!(names(list("env=dev,!keep").await), ["dev-1", "dev-2"]);
-    assert_eq!(names(list("env in (dev,prod),owner").await), ["dev-1", "prod-1"]);
-    assert_eq!(names(list("env notin (dev)").await), ["bare-1", "prod-1", "prod-2"]);
+    assert_eq!(
+        names(list("env in (dev,prod),owner").await),
+        ["dev-1", "prod-1"]
+    );
+    assert_eq!(
+        names(list("env notin (dev)").await),
+        ["bare-1", "prod-1", "prod-2"]
+    );
     // Two -l flags: both hold.
     let both = cli_json_async(
         &endpoints,
@@ -438,7 +455,10 @@ async fn label_selectors_filter_list_and_prune() {
     )
     .await;
     assert_eq!(dry["pruned"], 3, "{dry}"); // dev-1, dev-2, bare-1
-    assert_eq!(names(cli_json_async(&endpoints, &["sandbox", "list"]).await).len(), 6);
+    assert_eq!(
+        names(cli_json_async(&endpoints, &["sandbox", "list"]).await).len(),
+        6
+    );
     let older = cli_json_async(&endpoints, &["sandbox", "prune", "--older-than", "1h"]).await;
     assert_eq!(older["listed"], 0, "{older}");
     let pruned = cli_json_async(
@@ -486,8 +506,14 @@ async fn prune_benchmark() {
             let mut client = client.clone();
             async move {
                 let workspace = WORKSPACES[index % 3];
-                create(&mut client, workspace, &format!("b{round}-{index:05}"), Fate::Stopped, &[])
-                    .await;
+                create(
+                    &mut client,
+                    workspace,
+                    &format!("b{round}-{index:05}"),
+                    Fate::Stopped,
+                    &[],
+                )
+                .await;
             }
         }))
         .buffer_unordered(SETUP_CONCURRENCY)

@@ -138,9 +138,8 @@ impl ComputeDriver for NoopDriver {
         fence: &'a Fence,
     ) -> DriverFuture<'a, ExecutionHandle> {
         if spec.env.contains_key(NOOP_REJECT_LAUNCH_VARIABLE) {
-            let message = format!(
-                "the noop driver rejects launches with {NOOP_REJECT_LAUNCH_VARIABLE} set"
-            );
+            let message =
+                format!("the noop driver rejects launches with {NOOP_REJECT_LAUNCH_VARIABLE} set");
             return Box::pin(async move { Err(DriverError::Rejected { message }) });
         }
         let result = self.fenced(&spec.sandbox_id, Some(spec.generation), fence, |state| {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use palisade_proto::v1;
 
-use super::{Output, parse_phase, print_json};
 use super::sandbox::PruneArgs;
+use super::{Output, parse_phase, print_json};
 use crate::client::Client;
 use crate::prune::{PruneItem, PruneOptions, PruneOutcome, check_options};
 
@@ -43,7 +43,7 @@ pub(crate) async fn run_prune(
         label_expression: args.selector.join(","),
         older_than_seconds: args.older_than.unwrap_or(0),
         concurrency: args.concurrency,
-        page_size: args.page_size,
+        page_size: args.prune_page_size,
         dry_run: args.dry_run,
     };
     check_options(&options).map_err(anyhow::Error::msg)?;
@@ -129,7 +129,10 @@ pub(crate) async fn run_prune(
 }
 
 fn describe(item: &PruneItem) -> String {
-    let what = format!("{}/{} ({}, {})", item.workspace, item.name, item.id, item.phase);
+    let what = format!(
+        "{}/{} ({}, {})",
+        item.workspace, item.name, item.id, item.phase
+    );
     match &item.outcome {
         PruneOutcome::Pruned => format!("pruned {what}"),
         PruneOutcome::WouldPrune => format!("would prune {what}"),

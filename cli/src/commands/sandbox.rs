@@ -12,11 +12,11 @@ use futures::StreamExt;
 use palisade_proto::v1;
 use serde_json::json;
 
+use super::prune::run_prune;
 use super::{
     Output, SANDBOX_HEADER, consistency, parse_key_value, parse_phase, print_json, print_sandbox,
     print_table, sandbox_json, sandbox_row, settled_ok,
 };
-use super::prune::run_prune;
 use crate::client::{Client, ClientError};
 
 /// Names a sandbox by name (in --workspace) or by --id.
@@ -325,7 +325,7 @@ pub struct PruneArgs {
     /// Page size of the listing (for tests of pagination).
     #[arg(long = "prune-page-size", hide = true, env = "PALISADE_PRUNE_PAGE_SIZE",
           default_value_t = crate::prune::PRUNE_PAGE_SIZE_DEFAULT)]
-    pub page_size: u32,
+    pub prune_page_size: u32,
 }
 
 impl PruneArgs {
@@ -379,7 +379,9 @@ pub fn parse_duration_seconds(text: &str) -> Result<u64, String> {
             .ok_or_else(|| format!("{text:?} is too long"))?;
     }
     if !number.is_empty() {
-        return Err(format!("{text:?}: the last number has no unit (s, m, h, d, w)"));
+        return Err(format!(
+            "{text:?}: the last number has no unit (s, m, h, d, w)"
+        ));
     }
     Ok(total)
 }

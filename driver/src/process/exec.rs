@@ -160,21 +160,18 @@ impl ProcessDriver {
         environment.extend(launch.env);
         environment.extend(spec.env.clone());
         let (events, receiver) = mpsc::channel(EXEC_EVENTS_BUFFERED);
-        let program = match resolve_program(
-            spec.command[0].as_ref(),
-            &environment["PATH"],
-            &work_dir,
-        ) {
-            Ok(program) => program,
-            Err(rejected) => {
-                // As a shell would: the message on stderr, 127 or 126.
-                let mut message = rejected.message.into_bytes();
-                message.push(b'\n');
-                let _ = events.try_send(ExecEvent::Stderr(message));
-                let _ = events.try_send(ExecEvent::Exited(rejected.code));
-                return Ok(ExecStream { events: receiver });
-            }
-        };
+        let program =
+            match resolve_program(spec.command[0].as_ref(), &environment["PATH"], &work_dir) {
+                Ok(program) => program,
+                Err(rejected) => {
+                    // As a shell would: the message on stderr, 127 or 126.
+                    let mut message = rejected.message.into_bytes();
+                    message.push(b'\n');
+                    let _ = events.try_send(ExecEvent::Stderr(message));
+                    let _ = events.try_send(ExecEvent::Exited(rejected.code));
+                    return Ok(ExecStream { events: receiver });
+                }
+            };
         let mut command = tokio::process::Command::new(&program);
         command
             .arg0(&spec.command[0])

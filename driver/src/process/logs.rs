@@ -223,7 +223,10 @@ impl OpenLog {
         let mut data = vec![0_u8; bytes_max];
         let mut filled = 0;
         while filled < bytes_max {
-            match self.file.read_at(&mut data[filled..], offset + filled as u64) {
+            match self
+                .file
+                .read_at(&mut data[filled..], offset + filled as u64)
+            {
                 Ok(0) => break,
                 Ok(read) => filled += read,
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
@@ -408,8 +411,13 @@ mod tests {
         assert_eq!(seen, output);
         // Two rotations between reads: the reader is told it skipped.
         log.append(&[1_u8; 2500]);
-        let read = read_log(dir.path(), "stdout.log", &crate::LogStart::Cursor(cursor), 10)
-            .expect("read");
+        let read = read_log(
+            dir.path(),
+            "stdout.log",
+            &crate::LogStart::Cursor(cursor),
+            10,
+        )
+        .expect("read");
         assert!(read.skipped);
     }
 

@@ -74,7 +74,11 @@ impl DataPlane {
     }
 }
 
-fn permit(semaphore: &Arc<Semaphore>, what: &str, max: usize) -> Result<OwnedSemaphorePermit, Status> {
+fn permit(
+    semaphore: &Arc<Semaphore>,
+    what: &str,
+    max: usize,
+) -> Result<OwnedSemaphorePermit, Status> {
     semaphore.clone().try_acquire_owned().map_err(|_| {
         errors::status(
             Code::ResourceExhausted,
@@ -143,8 +147,13 @@ impl PalisadeService {
         self.replica
             .state
             .read(|applied| {
-                super::sandboxes::find(&applied.state, &target)
-                    .map(|sandbox| (sandbox.id.clone(), sandbox.phase, sandbox.execution.generation))
+                super::sandboxes::find(&applied.state, &target).map(|sandbox| {
+                    (
+                        sandbox.id.clone(),
+                        sandbox.phase,
+                        sandbox.execution.generation,
+                    )
+                })
             })
             .ok_or_else(|| errors::sandbox_not_found(super::sandboxes::describe(&target)))
     }
@@ -346,7 +355,10 @@ pub(super) async fn exec(
     if request.env.len() > EXEC_ENV_COUNT_MAX {
         return Err(invalid(
             "env",
-            format!("{} variables; at most {EXEC_ENV_COUNT_MAX}", request.env.len()),
+            format!(
+                "{} variables; at most {EXEC_ENV_COUNT_MAX}",
+                request.env.len()
+            ),
         ));
     }
     for (name, value) in &request.env {
@@ -369,7 +381,10 @@ pub(super) async fn exec(
     if request.timeout_seconds > EXEC_TIMEOUT_SECONDS_MAX {
         return Err(invalid(
             "timeout_seconds",
-            format!("{}; at most {EXEC_TIMEOUT_SECONDS_MAX}", request.timeout_seconds),
+            format!(
+                "{}; at most {EXEC_TIMEOUT_SECONDS_MAX}",
+                request.timeout_seconds
+            ),
         ));
     }
     let (sandbox_id, phase, generation) = service.sandbox_now(request.sandbox).await?;

@@ -47,7 +47,10 @@ pub struct PalisadeService {
 impl PalisadeService {
     /// A service answering through `replica`; logs and exec go through
     /// `driver` (the replica's compute driver).
-    pub fn new(replica: Replica, driver: std::sync::Arc<dyn palisade_driver::ComputeDriver>) -> Self {
+    pub fn new(
+        replica: Replica,
+        driver: std::sync::Arc<dyn palisade_driver::ComputeDriver>,
+    ) -> Self {
         Self {
             replica,
             data_plane: data_plane::DataPlane::new(driver),
