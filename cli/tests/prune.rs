@@ -371,6 +371,9 @@ async fn prune_deletes_exactly_the_listed_sandboxes_across_workspaces_and_pages(
     }
 }
 
+/// A sandbox of the selector test: name, fate, labels.
+type PlannedSandbox = (&'static str, Fate, &'static [(&'static str, &'static str)]);
+
 /// Label selectors (equality, inequality, existence, and the rest of the
 /// Kubernetes forms) filter `list` and `prune` server side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,7 +386,7 @@ async fn label_selectors_filter_list_and_prune() {
     cluster.wait_for_leader(&[1]).await;
     let endpoints = cluster.cli_endpoints(&[1]);
     let mut client = failover_client(cluster.all_uris());
-    let plan: [(&str, Fate, &[(&str, &str)]); 6] = [
+    let plan: [PlannedSandbox; 6] = [
         ("dev-1", Fate::Stopped, &[("env", "dev"), ("owner", "ana")]),
         ("dev-2", Fate::Error, &[("env", "dev")]),
         ("prod-1", Fate::Stopped, &[("env", "prod"), ("owner", "bo")]),
