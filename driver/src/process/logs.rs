@@ -393,12 +393,12 @@ mod tests {
     fn a_reader_with_a_cursor_follows_rotations_without_losing_or_repeating() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let path = dir.path().join("stdout.log");
-        let mut log = RotatingLog::open(&path, 1000).expect("open");
-        let output: Vec<u8> = (0..2600_u32).map(|index| (index % 251) as u8).collect();
-        // Nothing yet: the beginning, empty.
+        // No file yet: the beginning, empty.
         let (none, mut cursor) = read_all(dir.path(), crate::LogStart::Beginning, 64);
         assert!(none.is_empty());
         assert_eq!(cursor, LOG_CURSOR_BEGINNING);
+        let mut log = RotatingLog::open(&path, 1000).expect("open");
+        let output: Vec<u8> = (0..2600_u32).map(|index| (index % 251) as u8).collect();
         let mut seen = Vec::new();
         // Write in pieces, reading in between with small reads: one rotation at
         // most between two reads.
