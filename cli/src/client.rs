@@ -35,6 +35,12 @@ const FAILOVER_BACKOFF: Duration = Duration::from_millis(200);
 
 pub use palisade_gateway::admin::endpoint_uri;
 
+// Pruning is part of the client library: other tools call it rather than
+// writing the list-and-delete loop again.
+pub use crate::prune::{
+    PruneItem, PruneOptions, PruneOutcome, PruneReport, delete_listed, list_prunable, prune,
+};
+
 /// Splits a comma-separated endpoint list.
 pub fn parse_endpoints(list: &str) -> anyhow::Result<Vec<String>> {
     let endpoints: Vec<String> = list

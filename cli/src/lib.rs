@@ -15,6 +15,9 @@
 //!   `ssh-session`, `policy`, `workspace`, `cluster`).
 //! - [`client`]: the multi-endpoint client (failover, request ids kept
 //!   across its own retries) that the commands and other Rust tools use.
+//! - [`prune`]: pruning sandboxes that no longer run (list every page,
+//!   delete each bound to its listed id, bounded concurrency); re-exported
+//!   by [`client`].
 //! - [`serve`]: `palisade gateway run`, one replica.
 //! - [`up`]: `palisade up`, a local cluster.
 //!
@@ -24,5 +27,6 @@
 
 pub mod client;
 pub mod commands;
+pub mod prune;
 pub mod serve;
 pub mod up;

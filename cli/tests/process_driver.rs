@@ -968,7 +968,10 @@ async fn a_shim_killed_before_recording_its_command_never_runs_it() {
     assert_eq!(handle.generation, 1);
     let dir = driver.execution_dir("sandbox-o", 1);
     assert_nothing_runs(&fixture).await;
-    assert!(!dir.join("work").join("ran").exists(), "the command ran");
+    assert!(
+        !driver.work_dir("sandbox-o").join("ran").exists(),
+        "the command ran"
+    );
     assert!(!dir.join("command.json").exists());
     assert_eq!(
         driver.inspect("sandbox-o", 1).await.expect("inspect"),

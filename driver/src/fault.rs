@@ -350,6 +350,23 @@ impl ComputeDriver for FaultDriver {
     fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
         self.inner.collect_tombstones()
     }
+
+    // Reads and execs change nothing the control plane decides: no faults.
+    fn read_log<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        generation: u64,
+        stream: crate::LogStream,
+        start: &'a crate::LogStart,
+        bytes_max: usize,
+    ) -> DriverFuture<'a, crate::LogRead> {
+        self.inner
+            .read_log(sandbox_id, generation, stream, start, bytes_max)
+    }
+
+    fn exec<'a>(&'a self, spec: &'a crate::ExecSpec) -> DriverFuture<'a, crate::ExecStream> {
+        self.inner.exec(spec)
+    }
 }
 
 #[cfg(test)]

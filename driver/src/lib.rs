@@ -252,6 +252,13 @@ pub enum DriverError {
         /// Which fence was refused and why.
         message: String,
     },
+    /// The driver does not offer this call (e.g. `exec` on the noop driver,
+    /// which runs nothing): no effect, and repeating it fails the same way.
+    #[error("not supported by the compute driver: {message}")]
+    Unsupported {
+        /// What is not supported, and where to go instead.
+        message: String,
+    },
 }
 
 impl DriverError {
@@ -267,6 +274,76 @@ impl DriverError {
     pub fn is_fenced(&self) -> bool {
         matches!(self, DriverError::Fenced { .. })
     }
+}
+
+/// One output stream of an execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LogStream {
+    /// The command's standard output.
+    Stdout,
+    /// The command's standard error.
+    Stderr,
+}
+
+/// Where [`ComputeDriver::read_log`] starts reading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogStart {
+    /// The oldest output the driver still keeps.
+    Beginning,
+    /// The last N lines the driver keeps (fewer if it keeps fewer).
+    TailLines(u32),
+    /// Right after what an earlier read returned: its [`LogRead::cursor`].
+    /// Cursors are the driver's own opaque strings, valid on every replica
+    /// that holds the same driver.
+    Cursor(String),
+}
+
+/// What one [`ComputeDriver::read_log`] call read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogRead {
+    /// The bytes, at most the call's `bytes_max`; empty when nothing new.
+    pub data: Vec<u8>,
+    /// Where the next read goes on (pass it back as [`LogStart::Cursor`]).
+    pub cursor: String,
+    /// Output was rotated away (the logs are capped) between the start
+    /// and `data`: the reader missed some.
+    pub skipped: bool,
+}
+
+/// A command to run in a sandbox's context ([`ComputeDriver::exec`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The execution whose context (environment) the command runs in: it
+    /// must be running.
+    pub generation: u64,
+    /// Program and arguments (not empty).
+    pub command: Vec<String>,
+    /// Variables added to the execution's environment.
+    pub env: BTreeMap<String, String>,
+    /// Killed after this long.
+    pub timeout: Duration,
+}
+
+/// What a running [`ComputeDriver::exec`] reports, in order; the last
+/// event is always `Exited`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// Bytes the command wrote to its standard output.
+    Stdout(Vec<u8>),
+    /// Bytes the command wrote to its standard error.
+    Stderr(Vec<u8>),
+    /// The command ended with this code (128 + N after signal N).
+    Exited(i32),
+}
+
+/// The events of one running exec. Dropping it kills the command (the
+/// caller went away): an exec never outlives its reader.
+#[derive(Debug)]
+pub struct ExecStream {
+    /// The events, bounded: a slow reader slows the command's output.
+    pub events: tokio::sync::mpsc::Receiver<ExecEvent>,
 }
 
 /// The future a [`ComputeDriver`] call returns.
@@ -319,7 +396,10 @@ pub trait ComputeDriver: Send + Sync + 'static {
 
     /// Writes the sandbox's tombstone (durably), then stops every execution of the
     /// sandbox and deletes everything the driver keeps for it but the tombstone and
-    /// the fence. Returns only once the absence of every execution is confirmed.
+    /// the fence. Returns only once the absence of every execution is confirmed,
+    /// and then (before returning) deletes the sandbox's persistent working
+    /// directory (the process driver's `.workdirs/<id>`, a Docker volume): it
+    /// survives stop and start, and goes with the sandbox.
     /// Removing an unknown sandbox succeeds (and leaves a tombstone). Refused with
     /// [`DriverError::Fenced`] when `fence` is lower than the highest seen.
     fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()>;
@@ -334,5 +414,46 @@ pub trait ComputeDriver: Send + Sync + 'static {
     /// keeps this default.
     fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
         Box::pin(async { Ok(0) })
+    }
+
+    /// Reads up to `bytes_max` bytes of one stream of an execution's output
+    /// from `start`. Reading changes nothing, so any replica holding the
+    /// driver may serve it, and a reader that resumes from a cursor at
+    /// another replica neither loses nor repeats a byte (unless the
+    /// driver's caps rotated it away: then [`LogRead::skipped`]). A driver
+    /// that keeps no output answers [`DriverError::Unsupported`].
+    fn read_log<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        generation: u64,
+        stream: LogStream,
+        start: &'a LogStart,
+        bytes_max: usize,
+    ) -> DriverFuture<'a, LogRead> {
+        let _ = (sandbox_id, generation, stream, start, bytes_max);
+        Box::pin(async move {
+            Err(DriverError::Unsupported {
+                message: format!("the {} driver keeps no output", self.name()),
+            })
+        })
+    }
+
+    /// Runs a command in the context of a running execution: the sandbox's
+    /// persistent working directory (see [`ComputeDriver::remove`]), the
+    /// execution's environment plus `spec.env`, and the execution's user
+    /// (inside its container for container drivers). Answers once the
+    /// command started; its output and exit code follow on the stream, and
+    /// dropping the stream kills it. The command is not fenced: it changes
+    /// nothing the control plane decides, and it is killed when the
+    /// execution is stopped or the sandbox removed. A driver that cannot
+    /// run commands answers [`DriverError::Unsupported`]; an execution that
+    /// does not run is [`DriverError::Rejected`].
+    fn exec<'a>(&'a self, spec: &'a ExecSpec) -> DriverFuture<'a, ExecStream> {
+        let _ = spec;
+        Box::pin(async move {
+            Err(DriverError::Unsupported {
+                message: format!("the {} driver cannot run commands", self.name()),
+            })
+        })
     }
 }

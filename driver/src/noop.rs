@@ -21,6 +21,11 @@
 //! - `inspect` reports every execution of a sandbox without tombstone as
 //!   running (a noop execution never exits on its own).
 //! - `list` is empty: there is nothing to find, so nothing is ever an orphan.
+//! - a launch whose spec sets [`NOOP_REJECT_LAUNCH_VARIABLE`] is refused
+//!   ([`DriverError::Rejected`]), a pure function of the spec like the rest:
+//!   how tests of the control plane put sandboxes in ERROR in bulk.
+//! - `read_log` and `exec` answer [`DriverError::Unsupported`]: nothing runs,
+//!   so there is no output and no context to run a command in.
 //!
 //! The memory is per driver value (clones share it), hence per gateway
 //! process: replicas in different processes do not share fences, so across a
@@ -43,6 +48,11 @@ use super::{
 
 /// Most tombstones a noop driver remembers; beyond, the oldest is forgotten.
 pub const NOOP_TOMBSTONES_MAX: usize = 1_000_000;
+
+/// A launch whose spec's environment sets this variable (to anything) is
+/// rejected, as a launch whose command cannot start would be: the sandbox
+/// goes to ERROR. For tests of the control plane (e.g. `prune`).
+pub const NOOP_REJECT_LAUNCH_VARIABLE: &str = "PALISADE_NOOP_REJECT_LAUNCH";
 
 /// The identity of every noop driver.
 pub const NOOP_IDENTITY: &str = "noop";
@@ -127,6 +137,11 @@ impl ComputeDriver for NoopDriver {
         spec: &'a LaunchSpec,
         fence: &'a Fence,
     ) -> DriverFuture<'a, ExecutionHandle> {
+        if spec.env.contains_key(NOOP_REJECT_LAUNCH_VARIABLE) {
+            let message =
+                format!("the noop driver rejects launches with {NOOP_REJECT_LAUNCH_VARIABLE} set");
+            return Box::pin(async move { Err(DriverError::Rejected { message }) });
+        }
         let result = self.fenced(&spec.sandbox_id, Some(spec.generation), fence, |state| {
             if state.tombstones.contains(&spec.sandbox_id) {
                 return Err(DriverError::Fenced {
@@ -182,6 +197,33 @@ impl ComputeDriver for NoopDriver {
 
     fn list(&self) -> DriverFuture<'_, Vec<(String, u64, ExecutionStatus)>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn read_log<'a>(
+        &'a self,
+        _sandbox_id: &'a str,
+        _generation: u64,
+        _stream: crate::LogStream,
+        _start: &'a crate::LogStart,
+        _bytes_max: usize,
+    ) -> DriverFuture<'a, crate::LogRead> {
+        Box::pin(async {
+            Err(DriverError::Unsupported {
+                message: "the noop driver runs nothing, so there is no output to read; \
+                          use the process driver (gateway run --driver process)"
+                    .into(),
+            })
+        })
+    }
+
+    fn exec<'a>(&'a self, _spec: &'a crate::ExecSpec) -> DriverFuture<'a, crate::ExecStream> {
+        Box::pin(async {
+            Err(DriverError::Unsupported {
+                message: "the noop driver runs nothing, so there is no sandbox to run a \
+                          command in; use the process driver (gateway run --driver process)"
+                    .into(),
+            })
+        })
     }
 }
 

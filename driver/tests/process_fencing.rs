@@ -308,6 +308,7 @@ async fn a_launch_racing_a_remove_leaves_nothing_whichever_comes_first() {
                 assert!(message.contains("vanished"), "round {round}: {message}")
             }
             Ok(handle) => panic!("round {round}: launched {handle} with no shim program"),
+            Err(error @ DriverError::Unsupported { .. }) => panic!("round {round}: {error}"),
         }
         assert!(
             generation_dirs(&removing.sandbox_dir(&sandbox_id)).is_empty(),

@@ -351,6 +351,7 @@ pub async fn run_with_hooks(
     }
     let members_heard_recorder = founding::spawn_recorder(node_id, &raft, members_heard.clone());
 
+    let service_driver = driver.clone();
     let executor = Executor::new(
         node_id,
         raft.clone(),
@@ -404,7 +405,7 @@ pub async fn run_with_hooks(
             executor: executor.clone(),
         });
     }
-    let service = PalisadeService::new(replica.clone());
+    let service = PalisadeService::new(replica.clone(), service_driver);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<PalisadeServer<PalisadeService>>()

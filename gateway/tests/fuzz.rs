@@ -56,7 +56,7 @@ const ANSWER_HEADER_BYTES_MAX: usize = 8 * 1024;
 const ADMIN: &str = "/palisade.v1.ClusterAdmin/";
 
 /// Every method, as its HTTP/2 path.
-const METHODS: [&str; 23] = [
+const METHODS: [&str; 25] = [
     "/palisade.v1.Palisade/CreateSandbox",
     "/palisade.v1.Palisade/GetSandbox",
     "/palisade.v1.Palisade/ListSandboxes",
@@ -64,6 +64,8 @@ const METHODS: [&str; 23] = [
     "/palisade.v1.Palisade/StartSandbox",
     "/palisade.v1.Palisade/DeleteSandbox",
     "/palisade.v1.Palisade/WatchSandboxes",
+    "/palisade.v1.Palisade/SandboxLogs",
+    "/palisade.v1.Palisade/ExecSandbox",
     "/palisade.v1.Palisade/CreateSshSession",
     "/palisade.v1.Palisade/RevokeSshSession",
     "/palisade.v1.Palisade/ListSshSessions",
@@ -248,7 +250,9 @@ fn structured() -> BoxedStrategy<(&'static str, Vec<u8>)> {
             prop::collection::vec(enumeration(), 0..3),
             map(),
             enumeration(),
-            enumeration()
+            enumeration(),
+            token(),
+            number_u64()
         )
             .prop_map(
                 |(
@@ -260,6 +264,8 @@ fn structured() -> BoxedStrategy<(&'static str, Vec<u8>)> {
                     label_selector,
                     consistency,
                     source,
+                    label_expression,
+                    older_than_seconds,
                 )| {
                     (
                         "ListSandboxes",
@@ -272,6 +278,8 @@ fn structured() -> BoxedStrategy<(&'static str, Vec<u8>)> {
                             label_selector,
                             consistency,
                             source,
+                            label_expression,
+                            older_than_seconds,
                         }),
                     )
                 }
@@ -329,6 +337,42 @@ fn structured() -> BoxedStrategy<(&'static str, Vec<u8>)> {
                 })
             )
         ),
+        (
+            sandbox_ref(),
+            number_u64(),
+            any::<bool>(),
+            number_u32(),
+            token(),
+            token()
+        )
+            .prop_map(
+                |(sandbox, generation, follow, tail_lines, stdout_cursor, stderr_cursor)| (
+                    "SandboxLogs",
+                    encoded(v1::SandboxLogsRequest {
+                        sandbox,
+                        generation,
+                        follow,
+                        tail_lines,
+                        stdout_cursor,
+                        stderr_cursor,
+                    })
+                )
+            ),
+        (
+            sandbox_ref(),
+            prop::collection::vec(text(), 0..3),
+            map(),
+            number_u32()
+        )
+            .prop_map(|(sandbox, command, env, timeout_seconds)| (
+                "ExecSandbox",
+                encoded(v1::ExecSandboxRequest {
+                    sandbox,
+                    command,
+                    env,
+                    timeout_seconds,
+                })
+            )),
     ];
     let owned = prop_oneof![
         (sandbox_ref(), number_u32()).prop_map(|(sandbox, ttl_seconds)| (

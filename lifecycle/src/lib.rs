@@ -41,6 +41,7 @@
 //!
 //! - [`limits`]: every bound (name lengths, label counts, page sizes), named.
 //! - [`validate`]: input checks shared by the API edge and `apply`.
+//! - [`selector`]: Kubernetes-syntax label selectors (parse and match).
 //! - [`state`]: workspaces, sandboxes, executions, operations.
 //! - [`command`]: what can be proposed.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
@@ -54,6 +55,7 @@ pub mod command;
 pub mod limits;
 mod owned;
 pub mod planted;
+pub mod selector;
 pub mod state;
 pub mod validate;
 

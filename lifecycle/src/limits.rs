@@ -40,6 +40,34 @@ pub const STATUS_MESSAGE_LENGTH_MAX: usize = 1024;
 pub const PAGE_SIZE_DEFAULT: usize = 100;
 /// Largest page a list request may ask for.
 pub const PAGE_SIZE_MAX: usize = 1_000;
+/// Longest label selector expression (`-l`, `label_expression`).
+pub const SELECTOR_BYTES_MAX: usize = 4096;
+/// Most requirements in one label selector.
+pub const SELECTOR_REQUIREMENTS_COUNT_MAX: usize = 64;
+/// Largest `--older-than` a list accepts: ten years, in seconds.
+pub const OLDER_THAN_SECONDS_MAX: u64 = 10 * 365 * 24 * 3600;
+/// Most arguments of an `exec` command.
+pub const EXEC_ARGS_COUNT_MAX: usize = COMMAND_ARGS_COUNT_MAX;
+/// Most extra environment variables of an `exec`.
+pub const EXEC_ENV_COUNT_MAX: usize = ENV_COUNT_MAX;
+/// How long an `exec` runs when the request gives no timeout, in seconds.
+pub const EXEC_TIMEOUT_SECONDS_DEFAULT: u32 = 3600;
+/// Longest timeout an `exec` may ask for, in seconds (a day).
+pub const EXEC_TIMEOUT_SECONDS_MAX: u32 = 24 * 3600;
+/// Most `exec` commands running at once on one replica; more are refused
+/// with RESOURCE_EXHAUSTED.
+pub const EXECS_PER_REPLICA_MAX: usize = 256;
+/// Most lines `logs --tail` may ask for.
+pub const LOG_TAIL_LINES_MAX: u32 = 100_000;
+/// Largest piece of output in one log or exec message.
+pub const LOG_CHUNK_BYTES_MAX: usize = 64 * 1024;
+/// Most `logs` streams served at once by one replica; more are refused
+/// with RESOURCE_EXHAUSTED.
+pub const LOG_STREAMS_PER_REPLICA_MAX: usize = 1024;
+/// Longest log cursor a client may pass back.
+pub const LOG_CURSOR_BYTES_MAX: usize = 256;
+/// Most sandboxes one `prune` deletes at once (`--concurrency`).
+pub const PRUNE_CONCURRENCY_MAX: usize = 256;
 /// Most SSH sessions open on one sandbox.
 pub const SESSIONS_PER_SANDBOX_MAX: usize = 10_000;
 /// Longest lifetime of an SSH session.

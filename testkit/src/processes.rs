@@ -97,7 +97,8 @@ fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
 pub struct ExecutionProcesses {
     /// Shims (`palisade shim run DIR`), by execution.
     pub shims: BTreeMap<(String, u64), Vec<u32>>,
-    /// Processes of sandbox commands (working directory `DIR/work`), by
+    /// Processes of sandbox commands (working directory
+    /// `DRIVER_DIR/.workdirs/ID`, or `DIR/work` of older executions), by
     /// execution, with their argv[0].
     pub commands: BTreeMap<(String, u64), Vec<(u32, String)>>,
 }
@@ -114,24 +115,81 @@ impl ExecutionProcesses {
     }
 }
 
+/// The parent pid of `pid`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The sandbox whose persistent working directory `path` is in:
+/// `DRIVER_DIR/.workdirs/ID/...`.
+fn workdir_sandbox_of(driver_dir: &Path, path: &Path) -> Option<String> {
+    let mut parts = path
+        .strip_prefix(driver_dir.join(".workdirs"))
+        .ok()?
+        .components();
+    Some(parts.next()?.as_os_str().to_string_lossy().into_owned())
+}
+
+/// How many parents are followed from a command up to its shim.
+const ANCESTORS_FOLLOWED_MAX: usize = 64;
+
 /// Scans /proc for the shims and commands of executions under `driver_dir`.
+/// Commands run in their sandbox's working directory
+/// (`DRIVER_DIR/.workdirs/ID`); their generation is their shim's (the
+/// nearest shim among their ancestors: the shim is a subreaper), or 0 for
+/// one whose shim is gone (or a command `exec` started).
 pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
     let mut found = ExecutionProcesses::default();
-    for (pid, words) in command_lines() {
-        if !alive(pid) {
-            continue;
-        }
-        if words.iter().any(|word| word == "shim")
+    let mut shim_pids: BTreeMap<u32, (String, u64)> = BTreeMap::new();
+    let lines = command_lines();
+    for (pid, words) in &lines {
+        if alive(*pid)
+            && words.iter().any(|word| word == "shim")
             && let Some(execution) = words
                 .iter()
                 .find_map(|word| execution_of(driver_dir, Path::new(word)))
         {
-            found.shims.entry(execution).or_default().push(pid);
+            shim_pids.insert(*pid, execution);
+        }
+    }
+    let shim_of = |pid: u32| {
+        let mut at = pid;
+        for _ in 0..ANCESTORS_FOLLOWED_MAX {
+            at = parent_of(at)?;
+            if let Some(execution) = shim_pids.get(&at) {
+                return Some(execution.clone());
+            }
+            if at <= 1 {
+                return None;
+            }
+        }
+        None
+    };
+    for (pid, words) in lines {
+        if !alive(pid) {
             continue;
         }
-        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
-            && let Some(execution) = execution_of(driver_dir, &cwd)
-        {
+        if let Some(execution) = shim_pids.get(&pid) {
+            found.shims.entry(execution.clone()).or_default().push(pid);
+            continue;
+        }
+        let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) else {
+            continue;
+        };
+        let execution = execution_of(driver_dir, &cwd).or_else(|| {
+            let sandbox = workdir_sandbox_of(driver_dir, &cwd)?;
+            Some(match shim_of(pid) {
+                Some(execution) if execution.0 == sandbox => execution,
+                _ => (sandbox, 0),
+            })
+        });
+        if let Some(execution) = execution {
             let program = words.first().cloned().unwrap_or_default();
             found
                 .commands

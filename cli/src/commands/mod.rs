@@ -8,7 +8,9 @@
 
 use std::path::PathBuf;
 
+mod data_plane;
 mod owned;
+mod prune;
 pub mod sandbox;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};

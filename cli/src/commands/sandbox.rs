@@ -12,6 +12,7 @@ use futures::StreamExt;
 use palisade_proto::v1;
 use serde_json::json;
 
+use super::prune::run_prune;
 use super::{
     Output, SANDBOX_HEADER, consistency, parse_key_value, parse_phase, print_json, print_sandbox,
     print_table, sandbox_json, sandbox_row, settled_ok,
@@ -118,9 +119,16 @@ pub enum SandboxCommand {
         /// Only these phases (repeatable), e.g. --phase READY.
         #[arg(long = "phase")]
         phases: Vec<String>,
-        /// Only sandboxes with label KEY=VALUE (repeatable).
-        #[arg(long = "selector", short = 'l', value_parser = parse_key_value)]
-        selector: Vec<(String, String)>,
+        /// Label selector, Kubernetes syntax (repeatable; all must hold):
+        /// KEY=VALUE, KEY!=VALUE (or absent), KEY (exists), !KEY (absent),
+        /// 'KEY in (A,B)', 'KEY notin (A,B)', comma-separated, e.g.
+        /// -l env=dev,tier!=db,owner. Filtered by the server.
+        #[arg(long = "selector", short = 'l')]
+        selector: Vec<String>,
+        /// Only sandboxes created at least this long ago, e.g. 90s, 30m,
+        /// 12h, 7d, 1h30m (on the cluster's replicated clock).
+        #[arg(long, value_parser = parse_duration_seconds)]
+        older_than: Option<u64>,
         /// Page size of each request to the server.
         #[arg(long, default_value_t = 100)]
         page_size: u32,
@@ -184,6 +192,56 @@ pub enum SandboxCommand {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Delete the sandboxes in which nothing runs (ERROR, STOPPED and
+    /// COMPLETED by default), through every page of the listing, each
+    /// delete bound to the id (and execution) it was listed with: a
+    /// same-name replacement created meanwhile is left alone and reported
+    /// as skipped. Prints a summary (pruned / skipped / failed, with
+    /// reasons); exits 0 only when no delete failed. Same as `sandbox
+    /// delete --prune`.
+    ///
+    /// Example: palisade sandbox prune --phase ERROR -l team=ml --older-than 7d
+    Prune {
+        #[command(flatten)]
+        args: PruneArgs,
+    },
+    /// Print an execution's output (stdout to stdout, stderr to stderr).
+    ///
+    /// Served by the replica the CLI reaches, through its own compute
+    /// driver (every replica holds it); with -f the CLI follows the output
+    /// until the execution ends, resuming at another replica from where it
+    /// was if its replica goes away (nothing lost, nothing repeated).
+    Logs {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Keep printing new output until the execution ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Which execution (default: the current one).
+        #[arg(long)]
+        generation: Option<u64>,
+        /// Start with the last N lines of each stream.
+        #[arg(long)]
+        tail: Option<u32>,
+    },
+    /// Run a command in a READY sandbox: in its working directory, with its
+    /// environment, as its user; print its output and exit with its exit
+    /// code. Refused (INVALID_PHASE) unless the sandbox is READY.
+    ///
+    /// Example: palisade sandbox exec demo -- sh -c 'echo hi > note.txt'
+    Exec {
+        #[command(flatten)]
+        selector: SandboxSelector,
+        /// Extra environment variable KEY=VALUE (repeatable).
+        #[arg(long = "env", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        /// Kill the command after this many seconds (default: one hour).
+        #[arg(long)]
+        timeout_seconds: Option<u32>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Delete a sandbox; waits until its executions are gone and the
     /// sandbox, its name and everything it owns are removed.
     ///
@@ -203,11 +261,20 @@ pub enum SandboxCommand {
     ///
     ///   delete --all                    every sandbox of the workspace, each
     ///                                   bound to the id it was listed with
+    ///
+    ///   delete --prune [FILTERS]        = `sandbox prune`: the sandboxes in
+    ///                                   which nothing runs (see its help)
     #[command(verbatim_doc_comment)]
     Delete {
         /// Sandbox name.
-        #[arg(required_unless_present_any = ["id", "all", "expected_execution"], conflicts_with_all = ["id", "all"])]
+        #[arg(required_unless_present_any = ["id", "all", "expected_execution", "prune"], conflicts_with_all = ["id", "all", "prune"])]
         name: Option<String>,
+        /// Prune instead: delete the sandboxes in inactive phases (exactly
+        /// `palisade sandbox prune`, with the same flags).
+        #[arg(long, conflicts_with_all = ["id", "all", "expected_id", "expected_execution", "request_id", "no_wait"])]
+        prune: bool,
+        #[command(flatten)]
+        prune_args: PruneArgs,
         /// Delete only the sandbox with this id.
         #[arg(long, conflicts_with = "all")]
         id: Option<String>,
@@ -230,6 +297,93 @@ pub enum SandboxCommand {
         #[arg(long)]
         no_wait: bool,
     },
+}
+
+/// The filters and knobs of `sandbox prune` (and `delete --prune`).
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Every workspace (admins): each sandbox is deleted in its own
+    /// workspace.
+    #[arg(long = "all-workspaces", short = 'A')]
+    pub all_workspaces: bool,
+    /// Only these phases (repeatable): ERROR, STOPPED, COMPLETED (the
+    /// default is all three; phases in which something runs are refused).
+    #[arg(long = "phase")]
+    pub phases: Vec<String>,
+    /// Label selector, Kubernetes syntax (repeatable), as for `list`.
+    #[arg(long = "selector", short = 'l')]
+    pub selector: Vec<String>,
+    /// Only sandboxes created at least this long ago (90s, 30m, 12h, 7d).
+    #[arg(long, value_parser = parse_duration_seconds)]
+    pub older_than: Option<u64>,
+    /// How many deletes run at once.
+    #[arg(long, default_value_t = crate::prune::PRUNE_CONCURRENCY_DEFAULT)]
+    pub concurrency: usize,
+    /// Show what would be pruned; delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Page size of the listing (for tests of pagination).
+    #[arg(long = "prune-page-size", hide = true, env = "PALISADE_PRUNE_PAGE_SIZE",
+          default_value_t = crate::prune::PRUNE_PAGE_SIZE_DEFAULT)]
+    pub prune_page_size: u32,
+}
+
+impl PruneArgs {
+    /// Whether a prune-only flag was given.
+    fn is_given(&self) -> bool {
+        self.all_workspaces
+            || !self.phases.is_empty()
+            || !self.selector.is_empty()
+            || self.older_than.is_some()
+            || self.dry_run
+            || self.concurrency != crate::prune::PRUNE_CONCURRENCY_DEFAULT
+    }
+}
+
+/// Parses a duration (`90s`, `30m`, `12h`, `7d`, `2w`, `1h30m`; a bare
+/// number is seconds) into seconds.
+pub fn parse_duration_seconds(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration; e.g. 30m, 12h, 7d".into());
+    }
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Ok(seconds);
+    }
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?} in {text:?}; use s, m, h, d or w (e.g. 1h30m)"
+                ));
+            }
+        };
+        let value: u64 = number
+            .parse()
+            .map_err(|_| format!("{text:?}: a unit needs a number before it (e.g. 30m)"))?;
+        number.clear();
+        total = value
+            .checked_mul(unit)
+            .and_then(|seconds| total.checked_add(seconds))
+            .ok_or_else(|| format!("{text:?} is too long"))?;
+    }
+    if !number.is_empty() {
+        return Err(format!(
+            "{text:?}: the last number has no unit (s, m, h, d, w)"
+        ));
+    }
+    Ok(total)
 }
 
 fn fresh_request_id(given: Option<String>) -> String {
@@ -280,6 +434,37 @@ pub async fn run(
             print_sandbox(output, &sandbox);
             settled_ok(&sandbox)
         }
+        SandboxCommand::Prune { args } => run_prune(client, workspace, output, args).await,
+        SandboxCommand::Logs {
+            selector,
+            follow,
+            generation,
+            tail,
+        } => {
+            let Some(reference) = selector.to_ref(workspace) else {
+                anyhow::bail!("name the sandbox: NAME or --id ID");
+            };
+            super::data_plane::logs(client, reference, follow, generation, tail).await
+        }
+        SandboxCommand::Exec {
+            selector,
+            env,
+            timeout_seconds,
+            command,
+        } => {
+            let Some(reference) = selector.to_ref(workspace) else {
+                anyhow::bail!("name the sandbox: NAME or --id ID");
+            };
+            let code = super::data_plane::exec(
+                client,
+                reference,
+                command,
+                env.into_iter().collect(),
+                timeout_seconds.unwrap_or(0),
+            )
+            .await?;
+            std::process::exit(code);
+        }
         SandboxCommand::Get { selector, stale } => {
             let Some(reference) = selector.to_ref(workspace) else {
                 anyhow::bail!("name the sandbox: NAME or --id ID");
@@ -301,6 +486,7 @@ pub async fn run(
             all_workspaces,
             phases,
             selector,
+            older_than,
             page_size,
             stale,
             source,
@@ -312,7 +498,9 @@ pub async fn run(
             let filter = ListFilter {
                 all_workspaces,
                 phases,
-                selector: selector.into_iter().collect(),
+                selector: HashMap::new(),
+                label_expression: selector.join(","),
+                older_than_seconds: older_than.unwrap_or(0),
                 page_size,
                 consistency: consistency(stale),
                 source: match source {
@@ -418,6 +606,8 @@ pub async fn run(
         }
         SandboxCommand::Delete {
             name,
+            prune,
+            prune_args,
             id,
             all,
             expected_id,
@@ -426,6 +616,15 @@ pub async fn run(
             no_wait,
             page_size,
         } => {
+            if prune {
+                return run_prune(client, workspace, output, prune_args).await;
+            }
+            if prune_args.is_given() {
+                anyhow::bail!(
+                    "--all-workspaces, --phase, -l, --older-than, --concurrency and --dry-run \
+                     go with --prune (or `palisade sandbox prune`)"
+                );
+            }
             if all {
                 return delete_all(client, workspace, output, no_wait, page_size).await;
             }
@@ -494,6 +693,8 @@ struct ListFilter {
     all_workspaces: bool,
     phases: Vec<i32>,
     selector: HashMap<String, String>,
+    label_expression: String,
+    older_than_seconds: u64,
     page_size: u32,
     consistency: i32,
     source: i32,
@@ -508,7 +709,12 @@ async fn list_all(
     let mut page_token = String::new();
     loop {
         let request = v1::ListSandboxesRequest {
-            workspace: workspace.to_string(),
+            // No workspace with all_workspaces: the flag says it all.
+            workspace: if filter.all_workspaces {
+                String::new()
+            } else {
+                workspace.to_string()
+            },
             all_workspaces: filter.all_workspaces,
             page_size: filter.page_size,
             page_token: page_token.clone(),
@@ -516,6 +722,8 @@ async fn list_all(
             label_selector: filter.selector.clone(),
             consistency: filter.consistency,
             source: filter.source,
+            label_expression: filter.label_expression.clone(),
+            older_than_seconds: filter.older_than_seconds,
         };
         let page = client
             .palisade(|mut api| {
@@ -547,6 +755,8 @@ async fn delete_all(
         all_workspaces: false,
         phases: Vec::new(),
         selector: HashMap::new(),
+        label_expression: String::new(),
+        older_than_seconds: 0,
         page_size,
         consistency: 0,
         source: 0,

@@ -127,6 +127,12 @@ impl ProcessDriver {
         self.driver_dir.join(sandbox_id)
     }
 
+    /// The sandbox's persistent working directory (`.workdirs/<sandbox_id>`):
+    /// every execution's command and every exec runs in it.
+    pub fn work_dir(&self, sandbox_id: &str) -> PathBuf {
+        super::exec::workdir_of(&self.driver_dir, sandbox_id)
+    }
+
     /// Directory of one execution.
     pub fn execution_dir(&self, sandbox_id: &str, generation: u64) -> PathBuf {
         self.sandbox_dir(sandbox_id).join(generation.to_string())
@@ -166,7 +172,7 @@ impl ProcessDriver {
         blocking(move || driver.collect_tombstones_blocking(SystemTime::now())).await
     }
 
-    fn lock(&self, sandbox_dir: &Path) -> Result<SandboxLock, DriverError> {
+    pub(super) fn lock(&self, sandbox_dir: &Path) -> Result<SandboxLock, DriverError> {
         lock_sandbox(
             sandbox_dir,
             self.timeouts.lock_timeout,
@@ -289,6 +295,11 @@ impl ProcessDriver {
         let tombstone = read_tombstone(&sandbox_dir)
             .map_err(|error| io_uncertain("reading the tombstone of", &sandbox_dir, error))?;
         let Some(tombstone) = tombstone else {
+            // Admitted: the sandbox's persistent working directory, made
+            // under the lock so a concurrent `remove` deletes it after.
+            let work_dir = super::exec::workdir_of(&self.driver_dir, &spec.sandbox_id);
+            fs::create_dir_all(&work_dir)
+                .map_err(|error| io_uncertain("creating", &work_dir, error))?;
             return Ok(());
         };
         if created {
@@ -427,7 +438,14 @@ impl ProcessDriver {
         if !requested {
             return Ok(()); // no such execution
         }
-        self.finish_stop(sandbox_id, generation, grace).await
+        self.finish_stop(sandbox_id, generation, grace).await?;
+        // Commands exec'd in the execution's context end with it.
+        let sandbox_dir = self.sandbox_dir(sandbox_id);
+        blocking(move || {
+            super::exec::kill_execs(&sandbox_dir)
+                .map_err(|error| io_uncertain("killing the execs of", &sandbox_dir, error))
+        })
+        .await
     }
 
     /// Creates `stop-requested` in an execution recorded by this driver. Returns false
@@ -587,15 +605,26 @@ impl ProcessDriver {
                         .await?;
                 }
             }
-            // Every execution is confirmed gone; only files remain.
+            // Every execution is confirmed gone; only files remain (and
+            // execs, killed under the lock: none starts after the tombstone).
             let (driver, sandbox_dir) = (self.clone(), sandbox_dir.clone());
             let deleted = blocking(move || {
                 let lock = driver.lock(&sandbox_dir)?;
+                super::exec::kill_execs(&sandbox_dir)
+                    .map_err(|error| io_uncertain("killing the execs of", &sandbox_dir, error))?;
                 delete_executions(&lock, &sandbox_dir, &driver.driver_id)
             })
             .await?;
             match deleted {
                 Deletion::Done => {
+                    // Then the working directory: nothing runs in it any more.
+                    let work_dir = super::exec::workdir_of(&self.driver_dir, sandbox_id);
+                    blocking(move || match fs::remove_dir_all(&work_dir) {
+                        Ok(()) => Ok(()),
+                        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+                        Err(error) => Err(io_uncertain("deleting", &work_dir, error)),
+                    })
+                    .await?;
                     tracing::info!(sandbox_id, %fence, "sandbox removed (tombstone kept)");
                     return Ok(());
                 }
@@ -728,6 +757,41 @@ impl ComputeDriver for ProcessDriver {
     fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
         Box::pin(ProcessDriver::collect_tombstones(self))
     }
+
+    fn read_log<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        generation: u64,
+        stream: crate::LogStream,
+        start: &'a crate::LogStart,
+        bytes_max: usize,
+    ) -> DriverFuture<'a, crate::LogRead> {
+        Box::pin(async move {
+            validate_sandbox_id(sandbox_id)?;
+            let dir = self.execution_dir(sandbox_id, generation);
+            let start = start.clone();
+            let file_name = match stream {
+                crate::LogStream::Stdout => STDOUT_FILE,
+                crate::LogStream::Stderr => STDERR_FILE,
+            };
+            blocking(move || {
+                super::logs::read_log(&dir, file_name, &start, bytes_max).map_err(|error| {
+                    if error.kind() == io::ErrorKind::InvalidInput {
+                        DriverError::Rejected {
+                            message: format!("{error}: pass a cursor a log read returned"),
+                        }
+                    } else {
+                        io_uncertain("reading the logs in", &dir, error)
+                    }
+                })
+            })
+            .await
+        })
+    }
+
+    fn exec<'a>(&'a self, spec: &'a crate::ExecSpec) -> DriverFuture<'a, crate::ExecStream> {
+        Box::pin(self.exec_command(spec))
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -791,7 +855,6 @@ pub(super) fn create_execution_dir(
 
 pub(super) fn build_staging_dir(staging: &Path, spec: &LaunchSpec) -> io::Result<()> {
     fs::create_dir(staging)?;
-    fs::create_dir(staging.join(WORK_DIRECTORY))?;
     write_file_synced(&staging.join(SPEC_FILE), &serde_json::to_vec(spec)?)?;
     sync_dir(staging)
 }

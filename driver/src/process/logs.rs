@@ -126,6 +126,234 @@ pub(super) fn pump(mut reader: impl Read, log: &mut RotatingLog) -> io::Result<u
     }
 }
 
+// ---------------------------------------------------------------------------------
+// Reading (gateway side): `ComputeDriver::read_log`.
+//
+// A cursor names a position in one file by the file's identity — inode and birth
+// time, which a rotation does not change (a rename keeps the inode) — and a byte
+// offset in it: `<inode>.<birth_ns>:<offset>`. The writer only ever appends to the
+// current file and renames it to `<name>.1` when full, so a reader holding a cursor
+// finds its file either as the current one (read on) or as the rotated one (read to
+// its end, then go on at offset 0 of the current one), or not at all (rotated away
+// twice: `skipped`, go on at the oldest file kept). The birth time guards against an
+// inode number reused by the next file (filesystems without birth times report 0;
+// there a reuse after two rotations between reads could go unnoticed).
+// The current file is opened before the rotated one: a rotation in between then
+// shows one file under both names, which reads correctly.
+
+/// The cursor of "before anything": the oldest file kept, from its start.
+pub const LOG_CURSOR_BEGINNING: &str = "0.0:0";
+/// How far back from the end `--tail` scans for line breaks (per file).
+pub(super) const LOG_TAIL_SCAN_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
+/// A position in one log file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct LogCursor {
+    inode: u64,
+    birth_ns: u64,
+    offset: u64,
+}
+
+impl LogCursor {
+    pub(super) fn parse(text: &str) -> Option<LogCursor> {
+        let (file, offset) = text.split_once(':')?;
+        let (inode, birth_ns) = file.split_once('.')?;
+        Some(LogCursor {
+            inode: inode.parse().ok()?,
+            birth_ns: birth_ns.parse().ok()?,
+            offset: offset.parse().ok()?,
+        })
+    }
+
+    fn render(&self) -> String {
+        format!("{}.{}:{}", self.inode, self.birth_ns, self.offset)
+    }
+
+    fn is_beginning(&self) -> bool {
+        self.inode == 0
+    }
+}
+
+/// One log file opened for reading, with its identity.
+struct OpenLog {
+    file: File,
+    inode: u64,
+    birth_ns: u64,
+    len: u64,
+}
+
+impl OpenLog {
+    fn open(path: &Path) -> io::Result<Option<OpenLog>> {
+        use std::os::unix::fs::MetadataExt;
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let metadata = file.metadata()?;
+        let birth_ns = metadata
+            .created()
+            .ok()
+            .and_then(|born| born.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| since.as_nanos() as u64);
+        Ok(Some(OpenLog {
+            inode: metadata.ino(),
+            birth_ns,
+            len: metadata.len(),
+            file,
+        }))
+    }
+
+    fn is(&self, cursor: &LogCursor) -> bool {
+        self.inode == cursor.inode && self.birth_ns == cursor.birth_ns
+    }
+
+    fn at(&self, offset: u64) -> LogCursor {
+        LogCursor {
+            inode: self.inode,
+            birth_ns: self.birth_ns,
+            offset,
+        }
+    }
+
+    /// Reads up to `bytes_max` from `offset` (the file may have grown since it was
+    /// opened: read what is there).
+    fn read_from(&self, offset: u64, bytes_max: usize) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut data = vec![0_u8; bytes_max];
+        let mut filled = 0;
+        while filled < bytes_max {
+            match self
+                .file
+                .read_at(&mut data[filled..], offset + filled as u64)
+            {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        data.truncate(filled);
+        Ok(data)
+    }
+
+    /// The offset where the last `lines` lines start, scanning back at most
+    /// [`LOG_TAIL_SCAN_BYTES_MAX`] (a last line without its newline counts).
+    /// `Err(found)` when fewer start in the file: `found` lines start after a
+    /// newline; what precedes the first newline is the end of a line that
+    /// began in the rotated file, or the file's first line.
+    fn tail_offset(&self, lines: u32) -> io::Result<Result<u64, u32>> {
+        use std::os::unix::fs::FileExt;
+        let end = self.len;
+        let floor = end.saturating_sub(LOG_TAIL_SCAN_BYTES_MAX);
+        let mut found = 0_u32;
+        let mut block = vec![0_u8; LOG_READ_BUFFER_BYTES];
+        let mut position = end;
+        // A last line without its newline still counts as a line.
+        let mut skip_final_newline = true;
+        while position > floor {
+            let start = position.saturating_sub(block.len() as u64).max(floor);
+            let length = (position - start) as usize;
+            self.file.read_exact_at(&mut block[..length], start)?;
+            for index in (0..length).rev() {
+                let at = start + index as u64;
+                if block[index] == b'\n' {
+                    if skip_final_newline && at + 1 == end {
+                        skip_final_newline = false;
+                        continue;
+                    }
+                    found += 1;
+                    if found == lines {
+                        return Ok(Ok(at + 1));
+                    }
+                }
+                skip_final_newline = false;
+            }
+            position = start;
+        }
+        Ok(Err(found))
+    }
+}
+
+/// Reads one stream of the execution in `execution_dir` from `start`.
+pub(super) fn read_log(
+    execution_dir: &Path,
+    file_name: &str,
+    start: &crate::LogStart,
+    bytes_max: usize,
+) -> io::Result<crate::LogRead> {
+    let path = execution_dir.join(file_name);
+    let mut rotated_name = path.as_os_str().to_owned();
+    rotated_name.push(LOG_ROTATED_SUFFIX);
+    // Current first, then rotated (see above).
+    let current = OpenLog::open(&path)?;
+    let rotated = OpenLog::open(Path::new(&rotated_name))?;
+    let oldest = |skipped: bool| -> (Option<&OpenLog>, u64, bool) {
+        match (&rotated, &current) {
+            (Some(rotated), _) => (Some(rotated), 0, skipped),
+            (None, Some(current)) => (Some(current), 0, skipped),
+            (None, None) => (None, 0, skipped),
+        }
+    };
+    let (file, offset, skipped) = match start {
+        crate::LogStart::Beginning => oldest(false),
+        crate::LogStart::Cursor(text) => {
+            let cursor = LogCursor::parse(text).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "not a cursor of this driver")
+            })?;
+            if cursor.is_beginning() {
+                oldest(false)
+            } else if let Some(current) = current.as_ref().filter(|file| file.is(&cursor)) {
+                (Some(current), cursor.offset, false)
+            } else if let Some(old) = rotated.as_ref().filter(|file| file.is(&cursor)) {
+                if cursor.offset >= old.len && current.as_ref().is_some_and(|c| !c.is(&cursor)) {
+                    // The rotated file is complete (nothing writes it any more).
+                    (current.as_ref(), 0, false)
+                } else {
+                    (Some(old), cursor.offset, false)
+                }
+            } else {
+                // Rotated away twice since the cursor was issued.
+                oldest(true)
+            }
+        }
+        crate::LogStart::TailLines(lines) => {
+            let lines = (*lines).max(1);
+            match &current {
+                None => oldest(false),
+                Some(current_file) => match current_file.tail_offset(lines)? {
+                    Ok(offset) => (Some(current_file), offset, false),
+                    Err(found) => match &rotated {
+                        Some(rotated_file) if !rotated_file.is(&current_file.at(0)) => {
+                            // The rotated file's unfinished last line is the one
+                            // the current file's head finishes: it counts once.
+                            match rotated_file.tail_offset(lines - found)? {
+                                Ok(offset) => (Some(rotated_file), offset, false),
+                                Err(_) => (Some(rotated_file), 0, false),
+                            }
+                        }
+                        _ => (Some(current_file), 0, false),
+                    },
+                },
+            }
+        }
+    };
+    let Some(file) = file else {
+        return Ok(crate::LogRead {
+            data: Vec::new(),
+            cursor: LOG_CURSOR_BEGINNING.to_owned(),
+            skipped,
+        });
+    };
+    let data = file.read_from(offset, bytes_max)?;
+    let cursor = file.at(offset + data.len() as u64).render();
+    Ok(crate::LogRead {
+        data,
+        cursor,
+        skipped,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +374,70 @@ mod tests {
         assert_eq!(current, output[3000..]);
         assert_eq!(rotated, output[2000..3000]);
         assert_eq!(rotated.len() as u64, cap);
+    }
+
+    fn read_all(dir: &Path, mut start: crate::LogStart, bytes_max: usize) -> (Vec<u8>, String) {
+        let mut all = Vec::new();
+        loop {
+            let read = read_log(dir, "stdout.log", &start, bytes_max).expect("read");
+            assert!(!read.skipped);
+            start = crate::LogStart::Cursor(read.cursor.clone());
+            if read.data.is_empty() {
+                return (all, read.cursor);
+            }
+            all.extend(read.data);
+        }
+    }
+
+    #[test]
+    fn a_reader_with_a_cursor_follows_rotations_without_losing_or_repeating() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("stdout.log");
+        // No file yet: the beginning, empty.
+        let (none, mut cursor) = read_all(dir.path(), crate::LogStart::Beginning, 64);
+        assert!(none.is_empty());
+        assert_eq!(cursor, LOG_CURSOR_BEGINNING);
+        let mut log = RotatingLog::open(&path, 1000).expect("open");
+        let output: Vec<u8> = (0..2600_u32).map(|index| (index % 251) as u8).collect();
+        let mut seen = Vec::new();
+        // Write in pieces, reading in between with small reads: one rotation at
+        // most between two reads.
+        for piece in output.chunks(300) {
+            log.append(piece);
+            let (data, next) = read_all(dir.path(), crate::LogStart::Cursor(cursor), 70);
+            seen.extend(data);
+            cursor = next;
+        }
+        assert_eq!(seen, output);
+        // Two rotations between reads: the reader is told it skipped.
+        log.append(&[1_u8; 2500]);
+        let read = read_log(
+            dir.path(),
+            "stdout.log",
+            &crate::LogStart::Cursor(cursor),
+            10,
+        )
+        .expect("read");
+        assert!(read.skipped);
+    }
+
+    #[test]
+    fn tail_starts_at_the_last_lines() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("stdout.log");
+        let mut log = RotatingLog::open(&path, 30).expect("open");
+        for line in 0..10 {
+            log.append(format!("line {line}\n").as_bytes());
+        }
+        drop(log);
+        let (tail, _) = read_all(dir.path(), crate::LogStart::TailLines(3), 1000);
+        assert_eq!(String::from_utf8(tail).unwrap(), "line 7\nline 8\nline 9\n");
+        // More lines than the current file holds: on into the rotated one.
+        let (tail, _) = read_all(dir.path(), crate::LogStart::TailLines(5), 1000);
+        assert_eq!(
+            String::from_utf8(tail).unwrap(),
+            "line 5\nline 6\nline 7\nline 8\nline 9\n"
+        );
     }
 
     #[test]

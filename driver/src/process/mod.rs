@@ -50,7 +50,12 @@
 //!       stdout.log, stderr.log   the command's output, each rotated at
 //!                        LOG_FILE_BYTES_MAX into stdout.log.1, stderr.log.1
 //!       shim.log         the shim's own diagnostics
-//!       work/            the command's working directory
+//!     execs/<pid>.json   commands exec'd in the sandbox's context {pid, start_time,
+//!                        boot_id} (see `exec`), killed by stop and remove
+//!   .workdirs/<sandbox_id>/   the sandbox's persistent working directory: every
+//!                        execution's command (and every exec) runs in it; made by
+//!                        the first launch, kept across stop/start, deleted by
+//!                        remove once every execution and exec is gone
 //! ```
 //!
 //! Records are written once, atomically (temporary file, fsync, rename or link, fsync
@@ -166,7 +171,9 @@
 //!   (atomically, once) and read back into an observation.
 //! - [`fencing`]: the per-sandbox lock, fence record and tombstone, and the driver
 //!   directory's identity.
-//! - [`logs`]: the command's output logs, rotated at a size cap.
+//! - [`logs`]: the command's output logs, rotated at a size cap, and reading
+//!   them back by cursor (`ComputeDriver::read_log`).
+//! - `exec`: the persistent working directory and `ComputeDriver::exec`.
 //! - `procfs`: what `/proc` says about a process (identity, liveness, groups).
 //! - [`shim`]: the code that runs inside `palisade shim ...`, never inside a
 //!   gateway: a different process with different rules (no runtime, single-threaded
@@ -175,6 +182,7 @@
 use std::time::Duration;
 
 pub mod driver;
+mod exec;
 pub mod fencing;
 pub mod logs;
 mod procfs;
@@ -248,7 +256,9 @@ pub(super) const STOP_REQUESTED_FILE: &str = "stop-requested";
 pub(super) const STDOUT_FILE: &str = "stdout.log";
 pub(super) const STDERR_FILE: &str = "stderr.log";
 pub(super) const SHIM_LOG_FILE: &str = "shim.log";
-pub(super) const WORK_DIRECTORY: &str = "work";
+/// Under the driver directory: one persistent working directory per sandbox
+/// (`exec`). Starts with a dot, so it is never a sandbox id.
+pub(super) const WORKDIRS_DIRECTORY: &str = ".workdirs";
 pub(super) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
 /// Prefix of fence records (empty files named by the fence; see `fencing`).
 pub(super) const FENCE_PREFIX: &str = "fence.";

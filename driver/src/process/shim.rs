@@ -271,7 +271,10 @@ pub(super) fn supervise(dir: &Path) -> io::Result<()> {
     } else {
         spec.command.iter().map(OsString::from).collect()
     };
-    let work_dir = dir.join(WORK_DIRECTORY);
+    // The sandbox's persistent working directory (made by the launch; made
+    // here too for an execution claimed before it existed).
+    let work_dir = super::exec::workdir_of(parent_of(sandbox_dir), &spec.sandbox_id);
+    fs::create_dir_all(&work_dir)?;
     let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
     // Resolved before anything is forked, so a command that cannot start is a
     // definite rejection with no process left behind.

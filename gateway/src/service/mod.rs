@@ -15,10 +15,13 @@
 //! - `watch`: WatchSandboxes.
 //! - `owned`: the records a sandbox owns: SSH sessions, its policy.
 //! - `workspaces`: Create, Get, List and Delete workspace.
+//! - `data_plane`: SandboxLogs and ExecSandbox, served through this
+//!   replica's own compute driver (see there which replica serves).
 //!
 //! The `Palisade` impl below only delegates, so the whole service surface
 //! reads in one place.
 
+mod data_plane;
 mod owned;
 mod request;
 mod sandboxes;
@@ -38,12 +41,20 @@ pub use request::WAIT_FOR_PROJECTION_HEADER;
 #[derive(Clone)]
 pub struct PalisadeService {
     replica: Replica,
+    data_plane: data_plane::DataPlane,
 }
 
 impl PalisadeService {
-    /// A service answering through `replica`.
-    pub fn new(replica: Replica) -> Self {
-        Self { replica }
+    /// A service answering through `replica`; logs and exec go through
+    /// `driver` (the replica's compute driver).
+    pub fn new(
+        replica: Replica,
+        driver: std::sync::Arc<dyn palisade_driver::ComputeDriver>,
+    ) -> Self {
+        Self {
+            replica,
+            data_plane: data_plane::DataPlane::new(driver),
+        }
     }
 
     /// The replica this service answers through.
@@ -103,6 +114,24 @@ impl Palisade for PalisadeService {
     }
 
     type WatchSandboxesStream = watch::EventStream;
+
+    type SandboxLogsStream = data_plane::LogChunkStream;
+
+    async fn sandbox_logs(
+        &self,
+        request: Request<v1::SandboxLogsRequest>,
+    ) -> Result<Response<Self::SandboxLogsStream>, Status> {
+        data_plane::logs(self, request).await
+    }
+
+    type ExecSandboxStream = data_plane::ExecOutputStream;
+
+    async fn exec_sandbox(
+        &self,
+        request: Request<v1::ExecSandboxRequest>,
+    ) -> Result<Response<Self::ExecSandboxStream>, Status> {
+        data_plane::exec(self, request).await
+    }
 
     async fn watch_sandboxes(
         &self,

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use palisade_lifecycle::selector::Selector;
 use palisade_lifecycle::{
     self as core, ClusterIdentity, Command, ExecutionRef, RequestMeta, SandboxTarget, State,
-    validate,
+    limits, validate,
 };
 use palisade_proto::v1;
 use tonic::{Request, Response, Status};
@@ -52,14 +53,14 @@ pub(super) fn target_from_ref(sandbox: Option<v1::SandboxRef>) -> Result<Sandbox
     }
 }
 
-fn find<'a>(state: &'a State, target: &SandboxTarget) -> Option<&'a core::Sandbox> {
+pub(super) fn find<'a>(state: &'a State, target: &SandboxTarget) -> Option<&'a core::Sandbox> {
     match target {
         SandboxTarget::Id(id) => state.sandboxes.get(id),
         SandboxTarget::Name { workspace, name } => state.sandbox_by_name(workspace, name),
     }
 }
 
-fn describe(target: &SandboxTarget) -> String {
+pub(super) fn describe(target: &SandboxTarget) -> String {
     match target {
         SandboxTarget::Id(id) => format!("with id {id}"),
         SandboxTarget::Name { workspace, name } => {
@@ -226,6 +227,20 @@ pub(super) async fn list(
     }
     let label_selector: BTreeMap<_, _> = request.label_selector.into_iter().collect();
     validate::labels("label_selector", &label_selector).map_err(errors::invalid_input)?;
+    let expression = Selector::parse("label_expression", &request.label_expression)
+        .map_err(errors::invalid_input)?;
+    if request.older_than_seconds > limits::OLDER_THAN_SECONDS_MAX {
+        return Err(errors::invalid_input(validate::InvalidInput {
+            field: "older_than_seconds",
+            problem: format!(
+                "{} seconds; at most {} (ten years) are allowed",
+                request.older_than_seconds,
+                limits::OLDER_THAN_SECONDS_MAX
+            ),
+        }));
+    }
+    let older_than_ms = i64::try_from(request.older_than_seconds * 1000)
+        .expect("bounded by OLDER_THAN_SECONDS_MAX");
     let mut phases = Vec::new();
     for phase in &request.phases {
         let phase = v1::SandboxPhase::try_from(*phase)
@@ -251,6 +266,17 @@ pub(super) async fn list(
     })?;
     service.read_consistency(request.consistency).await?;
     if source == v1::ListSource::Projection {
+        if !expression.is_empty() || older_than_ms > 0 {
+            // The projection's query filters by phase and label equality
+            // only; filtering its pages here would break its pagination.
+            return Err(errors::invalid_input(validate::InvalidInput {
+                field: "source",
+                problem: "label_expression and older_than_seconds are served from the \
+                          replicated state only; use LIST_SOURCE_STATE (the default) or \
+                          label_selector equality with the projection"
+                    .into(),
+            }));
+        }
         let projection = service
             .replica
             .projection
@@ -289,6 +315,9 @@ pub(super) async fn list(
         if !request.all_workspaces && !state.workspaces.contains_key(&workspace) {
             return Err(errors::workspace_not_found(&workspace));
         }
+        // "Older than" on the replicated clock, the clock that stamped
+        // every `created_at_ms`: the same answer on every replica.
+        let created_before_ms = state.clock_ms.saturating_sub(older_than_ms);
         let mut sandboxes = Vec::new();
         let mut next_page_token = String::new();
         let keys = state.names.iter().flat_map(|(ws, names)| {
@@ -312,7 +341,11 @@ pub(super) async fn list(
             if !label_selector
                 .iter()
                 .all(|(k, v)| sandbox.labels.get(k) == Some(v))
+                || !expression.matches(&sandbox.labels)
             {
+                continue;
+            }
+            if older_than_ms > 0 && sandbox.created_at_ms > created_before_ms {
                 continue;
             }
             if sandboxes.len() == page_size {
