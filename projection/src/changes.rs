@@ -203,7 +203,8 @@ impl Subject {
             | Command::ObserveExit { sandbox_id, .. } => on(Some(sandbox_id.clone())),
             Command::InitializeCluster { .. }
             | Command::AdoptDriverIdentity { .. }
-            | Command::ConfigureReceiptRetention { .. } => Subject::default(),
+            | Command::ConfigureReceiptRetention { .. }
+            | Command::ConfigureQuotas { .. } => Subject::default(),
             Command::Tick { now_ms, .. } => Subject {
                 time_ms: Some(*now_ms),
                 tick: true,
