@@ -424,10 +424,10 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
 fn receipt_workspace(state: &State, target: &SandboxTarget) -> String {
     match target {
         SandboxTarget::Name { workspace, .. } => workspace.clone(),
-        SandboxTarget::Id(id) => state
-            .sandboxes
-            .get(id)
-            .map_or_else(|| DEFAULT_WORKSPACE.to_string(), |sandbox| sandbox.workspace.clone()),
+        SandboxTarget::Id(id) => state.sandboxes.get(id).map_or_else(
+            || DEFAULT_WORKSPACE.to_string(),
+            |sandbox| sandbox.workspace.clone(),
+        ),
     }
 }
 

@@ -73,6 +73,6 @@ pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
 pub use command::{Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
 pub use state::{
     ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas, Receipt,
-    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec,
-    SshSession, State, Workspace, WorkspacePhase,
+    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy,
+    SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

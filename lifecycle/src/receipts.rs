@@ -251,7 +251,8 @@ impl Receipts {
         }
         receipt.result = result.clone();
         receipt.settled_at_ms = Some(clock_ms);
-        self.by_settlement.insert((clock_ms, request_id.to_string()));
+        self.by_settlement
+            .insert((clock_ms, request_id.to_string()));
     }
 
     /// Removes every settled receipt whose retention ended at `clock_ms`
