@@ -223,6 +223,22 @@ impl Receipts {
         self.by_id.values()
     }
 
+    /// The settled receipts settled at or before `settled_at_ms_max`,
+    /// oldest first: the next to expire. Costs O(returned).
+    pub fn settled_up_to(
+        &self,
+        settled_at_ms_max: i64,
+    ) -> impl Iterator<Item = (&String, &Receipt)> + '_ {
+        self.by_settlement
+            .iter()
+            .take_while(move |(settled_at_ms, _)| *settled_at_ms <= settled_at_ms_max)
+            .map(|(_, request_id)| {
+                self.by_id
+                    .get_key_value(request_id)
+                    .expect("the settlement index names existing receipts only")
+            })
+    }
+
     /// Receipts counted against `workspace`'s quota.
     pub fn count_in(&self, workspace: &str) -> usize {
         self.per_workspace.get(workspace).copied().unwrap_or(0)
