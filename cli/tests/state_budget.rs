@@ -100,7 +100,7 @@ async fn a_thousand_tiny_already_done_requests_grow_rss_by_less_than_5_mb() {
     .await
     .expect("create the sandbox");
     let stopped = stop(&mut api, "first-stop".into()).await;
-    assert_eq!(stopped.phase, v1::SandboxPhase::Stopped as i32);
+    assert_eq!(phase_of(&stopped), v1::SandboxPhase::Stopped);
 
     // Warm up (connections, allocator arenas), then measure.
     for n in 0..200 {
@@ -110,7 +110,7 @@ async fn a_thousand_tiny_already_done_requests_grow_rss_by_less_than_5_mb() {
     let before = rss_bytes(pid);
     for n in 0..1_000 {
         let answer = stop(&mut api, format!("tiny-{n}")).await;
-        assert_eq!(answer.phase, v1::SandboxPhase::Stopped as i32);
+        assert_eq!(phase_of(&answer), v1::SandboxPhase::Stopped);
     }
     let after = rss_bytes(pid);
     let grown = after.saturating_sub(before);
@@ -122,7 +122,7 @@ async fn a_thousand_tiny_already_done_requests_grow_rss_by_less_than_5_mb() {
 
     // A retry of one of them still replays the original answer.
     let replayed = stop(&mut api, "tiny-7".into()).await;
-    assert_eq!(replayed.phase, v1::SandboxPhase::Stopped as i32);
+    assert_eq!(phase_of(&replayed), v1::SandboxPhase::Stopped);
 
     // The state's size is tracked and shown.
     let status = cli_json_async(
@@ -202,14 +202,14 @@ async fn a_workspace_at_its_receipt_quota_does_not_block_another() {
     let replayed = create(&mut api, "busy", "s1", "busy-1")
         .await
         .expect("a retry of an applied request is not refused");
-    assert_eq!(replayed.name, "s1");
+    assert_eq!(replayed.metadata.as_ref().unwrap().name, "s1");
 
     // Another workspace is unaffected, also by the refused requests.
     for n in 0..5 {
         let created = create(&mut api, "other", &format!("t{n}"), &format!("other-{n}"))
             .await
             .expect("another workspace is not blocked");
-        assert_eq!(created.workspace, "other");
+        assert_eq!(created.metadata.as_ref().unwrap().workspace, "other");
     }
     let status = cli_json_async(
         &cluster.cli_endpoints(&[1]),
