@@ -109,11 +109,18 @@ impl Shadow {
             names: state.names.clone(),
             ssh_sessions: state.ssh_sessions.clone(),
             policies: state.policies.clone(),
-            receipts: state
-                .receipts
-                .settled_up_to(expiring_by)
-                .map(|(id, receipt)| (id.clone(), receipt.clone()))
-                .collect(),
+            // Before the first tick (clock 0) every receipt is kept: the
+            // tick that sets the epoch may expire any of them, and there
+            // are only the few of the cluster's first seconds.
+            receipts: if state.clock_ms == 0 {
+                state.receipts.clone()
+            } else {
+                state
+                    .receipts
+                    .settled_up_to(expiring_by)
+                    .map(|(id, receipt)| (id.clone(), receipt.clone()))
+                    .collect()
+            },
             cluster: state.cluster.clone(),
             clock_ms: state.clock_ms,
             receipt_retention_ms: state.receipt_retention_ms,
@@ -142,6 +149,14 @@ impl Shadow {
     /// between, so it was stored with the shadow — which is checked:
     /// `false` when it is not (the caller resyncs instead).
     pub fn restore_receipts(&mut self, replica: &State) -> bool {
+        if self.state.clock_ms == 0 {
+            // Stored with every receipt (see `encode`).
+            return true;
+        }
+        // Complete when the replica's clock is below the earliest expiry
+        // of a receipt left out: a settled one expires after the shadow's
+        // clock plus the horizon (it was left out), a pending one a day
+        // after it settles, which is after the shadow's clock.
         if replica.clock_ms.saturating_sub(self.state.clock_ms) >= SHADOW_RECEIPTS_HORIZON_MS {
             return false;
         }
@@ -164,8 +179,12 @@ impl Shadow {
 /// How far ahead of a stored shadow's clock receipts are stored with it
 /// (those that may expire by then); a stored shadow is usable while the
 /// replica's clock is less than this ahead of it, and one is stored at
-/// least every half of it ([`SHADOW_INTERVAL_CLOCK_MS`]).
-pub const SHADOW_RECEIPTS_HORIZON_MS: i64 = 30 * 60 * 1000;
+/// least every third of it ([`SHADOW_INTERVAL_CLOCK_MS`]). Two hours: a
+/// projector that far behind resyncs (under any sustained write rate the
+/// log is compacted long before), and at steady state (retention 24 h)
+/// the stored shadow carries the receipts settled in one two-hour slice,
+/// never the whole window; in the first 22 h of a cluster, none.
+pub const SHADOW_RECEIPTS_HORIZON_MS: i64 = 2 * 3600 * 1000;
 /// A shadow is stored at least this often on the replicated clock.
 pub const SHADOW_INTERVAL_CLOCK_MS: i64 = SHADOW_RECEIPTS_HORIZON_MS / 3;
 
