@@ -1104,6 +1104,13 @@ async fn the_stored_shadow_does_not_grow_with_the_number_of_receipts() -> Result
         payload_digest: "same".into(),
         time_ms: 1,
     };
+    // The cluster's first tick sets the replicated clock's epoch.
+    replica
+        .commit(Command::Tick {
+            now_ms: 1_767_225_600_000,
+            receipt_retention_ms: 0,
+        })
+        .1?;
     replica
         .commit(Command::BeginCreate {
             id: "sandbox-1".into(),
