@@ -263,7 +263,7 @@ async fn client_loop(
             match api.create_sandbox(create.clone()).await {
                 Ok(answer) => {
                     counters.ok.fetch_add(1, Ordering::Relaxed);
-                    created = Some(answer.into_inner().id);
+                    created = answer.into_inner().metadata.map(|metadata| metadata.id);
                     break;
                 }
                 Err(status) => {
