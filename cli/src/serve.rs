@@ -91,6 +91,25 @@ pub struct RunArgs {
             ..=(palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MAX / 3_600_000) as u64
     ))]
     pub receipt_retention_hours: u64,
+    /// Quota: most request receipts one workspace holds (requests with a
+    /// request id, kept for the receipt retention). A workspace at it gets
+    /// RESOURCE_EXHAUSTED / QUOTA_EXCEEDED (ErrorInfo metadata quota =
+    /// receipts_per_workspace) and other workspaces are unaffected.
+    /// Replicated configuration: a leader writes it when its term starts.
+    #[arg(long, default_value_t = palisade_lifecycle::limits::RECEIPTS_PER_WORKSPACE_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(1..=palisade_lifecycle::limits::QUOTA_VALUE_MAX))]
+    pub quota_receipts_per_workspace: u64,
+    /// Quota: most sandboxes in one workspace (quota =
+    /// sandboxes_per_workspace). Replicated configuration, like the above.
+    #[arg(long, default_value_t = palisade_lifecycle::limits::SANDBOXES_PER_WORKSPACE_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(1..=palisade_lifecycle::limits::QUOTA_VALUE_MAX))]
+    pub quota_sandboxes_per_workspace: u64,
+    /// Quota: most owned records (SSH sessions plus policies) of one
+    /// workspace's sandboxes (quota = owned_records_per_workspace).
+    /// Replicated configuration, like the above.
+    #[arg(long, default_value_t = palisade_lifecycle::limits::OWNED_RECORDS_PER_WORKSPACE_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(1..=palisade_lifecycle::limits::QUOTA_VALUE_MAX))]
+    pub quota_owned_records_per_workspace: u64,
     /// Seconds between the leader's rounds comparing the driver's
     /// executions with the state (the orphan reconciler).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -245,6 +264,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),
             receipt_retention: Duration::from_secs(args.receipt_retention_hours * 3600),
+            quotas: palisade_lifecycle::Quotas {
+                receipts_per_workspace: args.quota_receipts_per_workspace,
+                sandboxes_per_workspace: args.quota_sandboxes_per_workspace,
+                owned_records_per_workspace: args.quota_owned_records_per_workspace,
+            },
             reconcile_interval: Duration::from_secs(args.reconcile_interval_seconds),
             orphan_grace: Duration::from_secs(args.orphan_grace_seconds),
             ..Default::default()

@@ -115,21 +115,20 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
-    let (state_applied_index, state_digest, cluster_id) = replica.state.read(|applied| {
-        let digest = serde_json::to_vec(&applied.state)
-            .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
-            .unwrap_or_default();
-        (
-            applied.last_applied.map_or(0, |id| id.index),
-            digest,
-            applied
-                .state
-                .cluster
-                .as_ref()
-                .map(|cluster| cluster.cluster_id.clone())
-                .unwrap_or_default(),
-        )
-    });
+    let (state_applied_index, state_digest, cluster_id) =
+        replica.state.with_encoded(|applied, encoded| {
+            let digest = hex::encode(sha2::Sha256::digest(encoded));
+            (
+                applied.last_applied.map_or(0, |id| id.index),
+                digest,
+                applied
+                    .state
+                    .cluster
+                    .as_ref()
+                    .map(|cluster| cluster.cluster_id.clone())
+                    .unwrap_or_default(),
+            )
+        });
     let projection = replica.projection.as_ref().map(|projection| {
         let status = projection.status();
         v1::ProjectionStatus {
@@ -145,6 +144,11 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         }
     });
     v1::ClusterInfo {
+        state_bytes: replica.state.state_bytes(),
+        state_bytes_max: palisade_raft::STATE_BYTES_MAX,
+        receipts: replica
+            .state
+            .read(|applied| applied.state.receipts.len() as u64),
         members_heard_from: replica.members_heard.ids(),
         projection,
         state_digest,

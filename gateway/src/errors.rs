@@ -97,7 +97,7 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
         | Reason::WorkspaceNotEmpty
         | Reason::WorkspaceTerminating
         | Reason::DefaultWorkspaceProtected => Code::FailedPrecondition,
-        Reason::ResourceExhausted => Code::ResourceExhausted,
+        Reason::ResourceExhausted | Reason::QuotaExceeded { .. } => Code::ResourceExhausted,
         Reason::SandboxIdentityMismatch | Reason::StaleExecution => Code::Aborted,
         Reason::RequestIdReused => Code::AlreadyExists,
         Reason::SessionNotFound => Code::NotFound,
@@ -105,6 +105,17 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
     };
     let metadata = match &rejection.reason {
         Reason::InvalidArgument { field } => vec![("field", field.clone())],
+        // The quota's name, so a client tells which one it hit without
+        // parsing the message.
+        Reason::QuotaExceeded {
+            quota,
+            workspace,
+            limit,
+        } => vec![
+            ("quota", quota.clone()),
+            ("workspace", workspace.clone()),
+            ("limit", limit.to_string()),
+        ],
         _ => vec![],
     };
     status(

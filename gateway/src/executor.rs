@@ -68,6 +68,11 @@ pub struct ExecutorConfig {
     /// replicated configuration proposes it at the start of its term
     /// (`ConfigureReceiptRetention`), and apply clamps it to at least 24 h.
     pub receipt_retention: Duration,
+    /// Per-workspace quotas (receipts, sandboxes, owned records). Like the
+    /// retention, not applied directly: a leader whose quotas differ from
+    /// the replicated configuration proposes them at the start of its term
+    /// (`ConfigureQuotas`).
+    pub quotas: palisade_lifecycle::Quotas,
     /// A driver call that has not answered by then counts as uncertain.
     pub driver_call_timeout: Duration,
     /// How often the leader compares the driver's listing with the state to
@@ -86,6 +91,7 @@ impl Default for ExecutorConfig {
             effects_in_flight_max: 64,
             tick_interval: Duration::from_secs(10),
             receipt_retention: Duration::from_secs(24 * 3600),
+            quotas: palisade_lifecycle::Quotas::default(),
             driver_call_timeout: Duration::from_secs(60),
             reconcile_interval: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(30),
@@ -297,6 +303,7 @@ impl Executor {
         let mut reconciling: Option<tokio::task::JoinHandle<()>> = None;
         self.ensure_cluster_identity(term).await;
         self.ensure_receipt_retention(term).await;
+        self.ensure_quotas(term).await;
         loop {
             if *stop.borrow() || !self.still_leads(term) {
                 break;
@@ -425,6 +432,25 @@ impl Executor {
             return;
         }
         let command = Command::ConfigureReceiptRetention { retention_ms: ours };
+        let _ = self.complete(term, command).await;
+    }
+
+    /// Writes this leader's quotas into the replicated configuration if they
+    /// differ (after apply's clamp) from what the state holds: the latest
+    /// leader configured differently wins.
+    async fn ensure_quotas(&self, term: u64) {
+        let ours = self.config.quotas.clamped();
+        if self
+            .state
+            .read(|applied| applied.state.quotas.clamped() == ours)
+        {
+            return;
+        }
+        let command = Command::ConfigureQuotas {
+            receipts_per_workspace: ours.receipts_per_workspace,
+            sandboxes_per_workspace: ours.sandboxes_per_workspace,
+            owned_records_per_workspace: ours.owned_records_per_workspace,
+        };
         let _ = self.complete(term, command).await;
     }
 

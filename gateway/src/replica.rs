@@ -103,6 +103,45 @@ impl Replica {
         Some((leader, address))
     }
 
+    /// Refuses a command that can grow the state while the state's tracked
+    /// size is at its ceiling ([`palisade_raft::STATE_BYTES_MAX`]), so the
+    /// state stays below what a snapshot can carry. Deletes, and retries
+    /// of requests that already have a receipt (they add nothing), pass.
+    fn check_state_budget(&self, command: &Command) -> Result<(), tonic::Status> {
+        let state_bytes = self.state.state_bytes();
+        if state_bytes < palisade_raft::STATE_BYTES_MAX {
+            return Ok(());
+        }
+        let request_id = match command {
+            Command::BeginCreate { request, .. }
+            | Command::BeginStop { request, .. }
+            | Command::BeginStart { request, .. } => Some(&request.id),
+            Command::CreateWorkspace { .. }
+            | Command::CreateSshSession { .. }
+            | Command::SetSandboxPolicy { .. } => None,
+            _ => return Ok(()),
+        };
+        if let Some(request_id) = request_id
+            && self
+                .state
+                .read(|applied| applied.state.receipts.contains_key(request_id))
+        {
+            return Ok(());
+        }
+        Err(errors::status(
+            tonic::Code::ResourceExhausted,
+            "STATE_BUDGET_EXHAUSTED",
+            format!(
+                "the replicated state holds {state_bytes} bytes, its ceiling is {} bytes (what a snapshot can carry, with margin); delete sandboxes or wait for receipts to expire, then retry",
+                palisade_raft::STATE_BYTES_MAX
+            ),
+            [
+                ("quota", "state_bytes_max".to_string()),
+                ("limit", palisade_raft::STATE_BYTES_MAX.to_string()),
+            ],
+        ))
+    }
+
     /// This replica's term if it currently leads.
     pub fn leading_term(&self) -> Option<u64> {
         let metrics = self.raft.metrics();
@@ -113,6 +152,7 @@ impl Replica {
     /// Proposes `command` and waits until it is committed and applied on the
     /// leader. Waits through elections up to the propose timeout.
     pub async fn propose(&self, command: Command) -> Result<Proposed, tonic::Status> {
+        self.check_state_budget(&command)?;
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());

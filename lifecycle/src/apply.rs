@@ -6,20 +6,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
-
 use crate::command::{
     Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };
 use crate::limits::{
-    OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX, RECEIPT_RETENTION_MS_MIN, RECEIPTS_COUNT_MAX,
-    RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX, STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX,
-    WORKSPACES_COUNT_MAX,
+    OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX, RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX,
+    STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX, WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
-    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
-    ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, State, Workspace,
+    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas, Receipt,
+    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, State, Workspace,
     WorkspacePhase, assert_sandbox_invariants,
 };
 use crate::validate;
@@ -156,6 +153,16 @@ pub enum Reason {
     DefaultWorkspaceProtected,
     /// A bound of [`crate::limits`] would be exceeded.
     ResourceExhausted,
+    /// A per-workspace quota ([`Quotas`]) would be exceeded.
+    QuotaExceeded {
+        /// The quota's name: `receipts_per_workspace`,
+        /// `sandboxes_per_workspace` or `owned_records_per_workspace`.
+        quota: String,
+        /// The workspace at its quota.
+        workspace: String,
+        /// The quota's value.
+        limit: u64,
+    },
     /// The expected sandbox id does not match what the name resolves to.
     SandboxIdentityMismatch,
     /// The expected execution is not the sandbox's current execution.
@@ -183,6 +190,7 @@ impl Reason {
             Reason::WorkspaceTerminating => "WORKSPACE_TERMINATING".into(),
             Reason::DefaultWorkspaceProtected => "DEFAULT_WORKSPACE_PROTECTED".into(),
             Reason::ResourceExhausted => "RESOURCE_EXHAUSTED".into(),
+            Reason::QuotaExceeded { .. } => "QUOTA_EXCEEDED".into(),
             Reason::SandboxIdentityMismatch => "SANDBOX_IDENTITY_MISMATCH".into(),
             Reason::StaleExecution => "STALE_EXECUTION".into(),
             Reason::RequestIdReused => "REQUEST_ID_REUSED".into(),
@@ -213,6 +221,20 @@ fn reject(reason: Reason, message: impl Into<String>) -> Response {
     })
 }
 
+/// The rejection of a request that would take `workspace` past `quota`.
+pub(crate) fn quota_exceeded(quota: &str, workspace: &str, limit: u64, what: &str) -> Rejection {
+    Rejection {
+        reason: Reason::QuotaExceeded {
+            quota: quota.into(),
+            workspace: workspace.into(),
+            limit,
+        },
+        message: format!(
+            "workspace {workspace:?} is at its {quota} quota ({limit} {what}); nothing was changed (retry later, or raise the quota)"
+        ),
+    }
+}
+
 fn truncate_message(mut message: String) -> String {
     if message.len() > STATUS_MESSAGE_LENGTH_MAX {
         let mut cut = STATUS_MESSAGE_LENGTH_MAX;
@@ -230,20 +252,28 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
     let response = match command {
         Command::CreateWorkspace { id, name, .. } => create_workspace(state, position, id, name),
         Command::DeleteWorkspace { name } => delete_workspace(state, position, name),
-        Command::BeginCreate { request, .. } => with_receipt(
+        Command::BeginCreate {
+            request, workspace, ..
+        } => with_receipt(
             state,
             position,
             ReceiptRpc::CreateSandbox,
             request,
+            workspace.clone(),
             |state| begin_create(state, position, command),
         ),
         Command::BeginStop {
             target,
             expected_execution,
             request,
-        } => with_receipt(state, position, ReceiptRpc::StopSandbox, request, |state| {
-            begin_stop(state, position, target, expected_execution.as_ref())
-        }),
+        } => with_receipt(
+            state,
+            position,
+            ReceiptRpc::StopSandbox,
+            request,
+            receipt_workspace(state, target),
+            |state| begin_stop(state, position, target, expected_execution.as_ref()),
+        ),
         Command::BeginStart {
             target,
             expected_execution,
@@ -253,6 +283,7 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             position,
             ReceiptRpc::StartSandbox,
             request,
+            receipt_workspace(state, target),
             |state| begin_start(state, position, target, expected_execution.as_ref()),
         ),
         Command::BeginDelete {
@@ -265,6 +296,7 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             position,
             ReceiptRpc::DeleteSandbox,
             request,
+            receipt_workspace(state, target),
             |state| {
                 begin_delete(
                     state,
@@ -360,6 +392,19 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
                 (*retention_ms).clamp(RECEIPT_RETENTION_MS_MIN, RECEIPT_RETENTION_MS_MAX);
             Ok(Outcome::Housekeeping)
         }
+        Command::ConfigureQuotas {
+            receipts_per_workspace,
+            sandboxes_per_workspace,
+            owned_records_per_workspace,
+        } => {
+            state.quotas = Quotas {
+                receipts_per_workspace: *receipts_per_workspace,
+                sandboxes_per_workspace: *sandboxes_per_workspace,
+                owned_records_per_workspace: *owned_records_per_workspace,
+            }
+            .clamped();
+            Ok(Outcome::Housekeeping)
+        }
     };
     if let Ok(
         Outcome::OperationBegun { sandbox_id, .. }
@@ -373,15 +418,31 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
     response
 }
 
+/// The workspace a request on `target` is counted against: the target's
+/// workspace as it resolves now, `default` for an id that resolves to
+/// nothing.
+fn receipt_workspace(state: &State, target: &SandboxTarget) -> String {
+    match target {
+        SandboxTarget::Name { workspace, .. } => workspace.clone(),
+        SandboxTarget::Id(id) => state.sandboxes.get(id).map_or_else(
+            || DEFAULT_WORKSPACE.to_string(),
+            |sandbox| sandbox.workspace.clone(),
+        ),
+    }
+}
+
 /// Decides a `Begin*` command under its request id: a retry with the same
 /// payload replays (the caller reads the receipt), another payload is
 /// refused, a new id runs `decide` and records its receipt — rejections
-/// included, so they replay too.
+/// included, so they replay too — counted against `workspace`'s receipt
+/// quota. A request refused for a quota or bound leaves no receipt: it is
+/// not an outcome to replay but a "retry later", and it must cost nothing.
 fn with_receipt(
     state: &mut State,
     position: LogPosition,
     rpc: ReceiptRpc,
     request: &RequestMeta,
+    workspace: String,
     decide: impl FnOnce(&mut State) -> Response,
 ) -> Response {
     if let Some(receipt) = state.receipts.get(&request.id) {
@@ -406,16 +467,22 @@ fn with_receipt(
             invalid.to_string(),
         );
     }
-    if state.receipts.len() >= RECEIPTS_COUNT_MAX {
-        return reject(
-            Reason::ResourceExhausted,
-            format!(
-                "the cluster holds the maximum of {RECEIPTS_COUNT_MAX} request receipts; retry later"
-            ),
-        );
+    let receipts_max = state.quotas.clamped().receipts_per_workspace;
+    if state.receipts.count_in(&workspace) as u64 >= receipts_max {
+        return Err(quota_exceeded(
+            "receipts_per_workspace",
+            &workspace,
+            receipts_max,
+            "request receipts",
+        ));
     }
     let response = decide(state);
     let result = match &response {
+        // A quota refusal inside `decide` is a "retry later" too.
+        Err(Rejection {
+            reason: Reason::QuotaExceeded { .. },
+            ..
+        }) => return response,
         Err(rejection) => ReceiptResult::Rejected(rejection.clone()),
         Ok(Outcome::OperationBegun {
             sandbox_id,
@@ -448,7 +515,7 @@ fn with_receipt(
             }
         }
         Ok(Outcome::AlreadyDone { sandbox_id }) => {
-            ReceiptResult::Sandbox(Box::new(state.sandboxes[sandbox_id].clone()))
+            ReceiptResult::settled(&state.sandboxes[sandbox_id])
         }
         Ok(other) => unreachable!("Begin* commands do not answer {other:?}"),
     };
@@ -461,6 +528,7 @@ fn with_receipt(
             created_at_index: position.index,
             settled_at_ms: (!matches!(result, ReceiptResult::Pending { .. }))
                 .then_some(state.clock_ms),
+            workspace,
             result,
         },
     );
@@ -471,16 +539,13 @@ fn with_receipt(
 /// (which just ended or was superseded) with `result`.
 /// Their retention counts from `clock_ms`, the replicated clock now.
 fn settle_waiters(
-    receipts: &mut BTreeMap<String, Receipt>,
+    receipts: &mut Receipts,
     operation: &Operation,
     result: &ReceiptResult,
     clock_ms: i64,
 ) {
     for request_id in &operation.request_ids {
-        if let Some(receipt) = receipts.get_mut(request_id) {
-            receipt.result = result.clone();
-            receipt.settled_at_ms = Some(clock_ms);
-        }
+        receipts.settle(request_id, result, clock_ms);
     }
 }
 
@@ -493,7 +558,7 @@ fn end_operation(state: &mut State, sandbox_id: &str) {
     let Some(operation) = sandbox.operation.take() else {
         return;
     };
-    let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
+    let result = ReceiptResult::settled(sandbox);
     settle_waiters(&mut state.receipts, &operation, &result, state.clock_ms);
 }
 
@@ -514,13 +579,9 @@ fn tick(state: &mut State, now_ms: i64) {
     };
     let clock = state.clock_ms;
     let retention_ms = state.receipt_retention_ms();
-    // Pending receipts are kept until their operation ends, however old.
-    state
-        .receipts
-        .retain(|_, receipt| match receipt.settled_at_ms() {
-            None => true,
-            Some(settled_at_ms) => settled_at_ms.saturating_add(retention_ms) > clock,
-        });
+    // Pending receipts are kept until their operation ends, however old;
+    // settled ones leave in settlement order, O(expired).
+    state.receipts.expire(clock, retention_ms);
     state.ssh_sessions.retain(|_, sessions| {
         sessions.retain(|_, session| session.expires_at_ms > clock);
         !sessions.is_empty()
@@ -659,13 +720,14 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
             format!("sandbox id {id} is already in use"),
         );
     }
-    if state.sandbox_count(workspace) >= SANDBOXES_PER_WORKSPACE_MAX {
-        return reject(
-            Reason::ResourceExhausted,
-            format!(
-                "workspace {workspace:?} holds the maximum of {SANDBOXES_PER_WORKSPACE_MAX} sandboxes"
-            ),
-        );
+    let sandboxes_max = state.quotas.clamped().sandboxes_per_workspace;
+    if state.sandbox_count(workspace) as u64 >= sandboxes_max {
+        return Err(quota_exceeded(
+            "sandboxes_per_workspace",
+            workspace,
+            sandboxes_max,
+            "sandboxes",
+        ));
     }
     let generation = 1;
     let sandbox = Sandbox {
@@ -915,7 +977,7 @@ fn begin_delete(
         SandboxPhase::Deleting,
     );
     if let Some(superseded) = superseded {
-        let result = ReceiptResult::Sandbox(Box::new(sandbox.clone()));
+        let result = ReceiptResult::settled(sandbox);
         settle_waiters(&mut state.receipts, &superseded, &result, clock_ms);
     }
     response

@@ -209,6 +209,20 @@ pub enum Command {
         /// How long a settled receipt is kept, from its settlement.
         retention_ms: i64,
     },
+    /// Sets the replicated per-workspace quotas
+    /// ([`Quotas`](crate::Quotas)); 0 means the default, values above
+    /// [`QUOTA_VALUE_MAX`](crate::limits::QUOTA_VALUE_MAX) are lowered to
+    /// it. A leader proposes it when its configured quotas differ from the
+    /// state's. Lowering a quota removes nothing: it refuses new records
+    /// until the workspace is below it again.
+    ConfigureQuotas {
+        /// Most request receipts per workspace.
+        receipts_per_workspace: u64,
+        /// Most sandboxes per workspace.
+        sandboxes_per_workspace: u64,
+        /// Most SSH sessions plus policies per workspace.
+        owned_records_per_workspace: u64,
+    },
     /// The driver finished launching `generation`.
     CompleteLaunch {
         /// Sandbox id.
@@ -369,6 +383,7 @@ impl Command {
             Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",
             Command::ConfigureReceiptRetention { .. } => "ConfigureReceiptRetention",
+            Command::ConfigureQuotas { .. } => "ConfigureQuotas",
         }
     }
 }

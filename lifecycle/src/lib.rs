@@ -30,6 +30,15 @@
 //! ([`State::receipt_retention_ms`], at least 24 h, clamped at apply),
 //! counted from a receipt's settlement; pending receipts never expire.
 //!
+//! # A state budget
+//!
+//! Every record a client can make the state hold is bounded per workspace
+//! by replicated quotas ([`Quotas`]: receipts, sandboxes, owned records),
+//! refused at apply with `QUOTA_EXCEEDED` and without a receipt, so one
+//! workspace at its quota neither grows the state nor blocks another. A
+//! receipt is a compact outcome (ids, generation, phase or reason), not a
+//! copy of the sandbox, and expires in O(expired).
+//!
 //! # Deterministic and non-deterministic errors
 //!
 //! A rejected precondition (name taken, wrong phase, ...) is a
@@ -42,7 +51,9 @@
 //! - [`limits`]: every bound (name lengths, label counts, page sizes), named.
 //! - [`validate`]: input checks shared by the API edge and `apply`.
 //! - [`selector`]: Kubernetes-syntax label selectors (parse and match).
-//! - [`state`]: workspaces, sandboxes, executions, operations.
+//! - [`state`]: workspaces, sandboxes, executions, operations, quotas.
+//! - [`receipts`]: request receipts, compact outcomes indexed by expiry
+//!   and workspace (why: see the module).
 //! - [`command`]: what can be proposed.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
 //! - `owned`: SSH sessions and policies, the records a sandbox owns.
@@ -55,6 +66,7 @@ pub mod command;
 pub mod limits;
 mod owned;
 pub mod planted;
+pub mod receipts;
 pub mod selector;
 pub mod state;
 pub mod validate;
@@ -62,7 +74,7 @@ pub mod validate;
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
 pub use command::{Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
 pub use state::{
-    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
-    ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec,
-    SshSession, State, Workspace, WorkspacePhase,
+    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas, Receipt,
+    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy,
+    SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

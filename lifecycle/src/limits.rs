@@ -30,8 +30,19 @@ pub const ENV_NAME_BYTES_MAX: usize = 256;
 pub const ENV_VALUE_BYTES_MAX: usize = 16 * 1024;
 /// Longest image reference.
 pub const IMAGE_LENGTH_MAX: usize = 1024;
-/// Most sandboxes in one workspace.
-pub const SANDBOXES_PER_WORKSPACE_MAX: usize = 10_000;
+/// Default of the `sandboxes_per_workspace` quota (replicated
+/// configuration, see [`crate::Quotas`]).
+pub const SANDBOXES_PER_WORKSPACE_DEFAULT: u64 = 10_000;
+/// Default of the `receipts_per_workspace` quota. A compact receipt costs
+/// a few hundred bytes in memory and in snapshots.
+pub const RECEIPTS_PER_WORKSPACE_DEFAULT: u64 = 1_000_000;
+/// Default of the `owned_records_per_workspace` quota (SSH sessions plus
+/// policies of one workspace's sandboxes).
+pub const OWNED_RECORDS_PER_WORKSPACE_DEFAULT: u64 = 100_000;
+/// Largest value a quota may be configured to; larger values are lowered
+/// to it at apply. The state budget (`STATE_BYTES_MAX` in the gateway)
+/// bounds the total either way.
+pub const QUOTA_VALUE_MAX: u64 = 100_000_000;
 /// Most workspaces in the cluster.
 pub const WORKSPACES_COUNT_MAX: usize = 1_000;
 /// Longest failure message kept in a sandbox status.
@@ -76,9 +87,6 @@ pub const SESSION_TTL_SECONDS_MAX: u64 = 7 * 24 * 3600;
 pub const POLICY_DOCUMENT_BYTES_MAX: usize = 64 * 1024;
 /// Longest request id.
 pub const REQUEST_ID_LENGTH_MAX: usize = 128;
-/// Most request receipts kept at once; new requests are refused with
-/// RESOURCE_EXHAUSTED beyond it rather than forgetting a receipt early.
-pub const RECEIPTS_COUNT_MAX: usize = 1_000_000;
 /// Most requests that may wait on one operation (the first plus joiners).
 pub const OPERATION_WAITERS_MAX: usize = 64;
 /// Most runtime replacements of one sandbox under its restart policy, after

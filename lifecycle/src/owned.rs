@@ -40,6 +40,23 @@ impl SessionExpiry {
     }
 }
 
+/// Refuses a new owned record of `sandbox_id` when its workspace is at its
+/// `owned_records_per_workspace` quota. Counting walks the workspace's
+/// sandboxes (at most its sandbox quota), only when a record is added.
+fn check_owned_record_quota(state: &State, sandbox_id: &str) -> Result<(), Rejection> {
+    let workspace = &state.sandboxes[sandbox_id].workspace;
+    let owned_max = state.quotas.clamped().owned_records_per_workspace;
+    if state.owned_record_count(workspace) as u64 >= owned_max {
+        return Err(crate::apply::quota_exceeded(
+            "owned_records_per_workspace",
+            workspace,
+            owned_max,
+            "SSH sessions and policies",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn create_ssh_session(
     state: &mut State,
     target: &SandboxTarget,
@@ -84,6 +101,7 @@ pub(crate) fn create_ssh_session(
             "the proposer must choose a session id and a SHA-256 token digest",
         );
     }
+    check_owned_record_quota(state, &sandbox_id)?;
     let sessions = state.ssh_sessions.entry(sandbox_id.clone()).or_default();
     if sessions.len() >= SESSIONS_PER_SANDBOX_MAX {
         return reject(
@@ -164,6 +182,9 @@ pub(crate) fn set_policy(
             Reason::PolicyVersionMismatch,
             format!("the policy is at version {current}, not {expected}; read it again"),
         );
+    }
+    if current == 0 {
+        check_owned_record_quota(state, &sandbox_id)?;
     }
     let version = current + 1;
     state.policies.insert(

@@ -189,78 +189,7 @@ pub struct ClusterIdentity {
     pub driver_identity: String,
 }
 
-/// Which RPC a receipt belongs to; a request id is bound to one RPC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ReceiptRpc {
-    /// CreateSandbox.
-    CreateSandbox,
-    /// StopSandbox.
-    StopSandbox,
-    /// StartSandbox.
-    StartSandbox,
-    /// DeleteSandbox.
-    DeleteSandbox,
-}
-
-/// The terminal result a receipt replays.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ReceiptResult {
-    /// The operation the request began (or joined) is still in flight.
-    Pending {
-        /// Sandbox id.
-        sandbox_id: String,
-        /// Operation kind.
-        kind: OperationKind,
-        /// Target generation.
-        generation: u64,
-    },
-    /// The sandbox as it was when the request's operation ended.
-    Sandbox(Box<Sandbox>),
-    /// The sandbox was deleted.
-    Deleted {
-        /// Its id.
-        sandbox_id: String,
-    },
-    /// The request was rejected at apply.
-    Rejected(crate::apply::Rejection),
-}
-
-/// What the cluster remembers of a request id: while its operation is in
-/// flight, then for the receipt retention ([`State::receipt_retention_ms`],
-/// at least 24 h) counted on the replicated clock from its settlement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Receipt {
-    /// The RPC the request id was first used with.
-    pub rpc: ReceiptRpc,
-    /// Digest of the request's payload; a retry must match it.
-    pub payload_digest: String,
-    /// The replicated clock ([`State::clock_ms`]) when the request was first
-    /// applied. Entries applied before replicated time hold the proposer's
-    /// clock here.
-    pub created_at_ms: i64,
-    /// Log index of the entry that first applied it.
-    pub created_at_index: u64,
-    /// The replicated clock when its result became final (`None` while
-    /// pending); its retention counts from here. Absent from receipts
-    /// written before it existed: see [`Receipt::settled_at_ms`].
-    #[serde(default)]
-    pub settled_at_ms: Option<i64>,
-    /// Its result, replayed to retries.
-    pub result: ReceiptResult,
-}
-
-impl Receipt {
-    /// When its retention starts: `None` while its operation is pending
-    /// (kept however old). A settled receipt written before settlement was
-    /// recorded counts from its creation.
-    pub fn settled_at_ms(&self) -> Option<i64> {
-        match (&self.result, self.settled_at_ms) {
-            (ReceiptResult::Pending { .. }, _) => None,
-            (_, Some(settled_at_ms)) => Some(settled_at_ms),
-            (_, None) => Some(self.created_at_ms),
-        }
-    }
-}
+pub use crate::receipts::{Receipt, ReceiptResult, ReceiptRpc, Receipts};
 
 /// Kind of a lifecycle operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -342,9 +271,10 @@ pub struct State {
     /// Owned records: sandbox id -> policy.
     #[serde(default)]
     pub policies: BTreeMap<String, SandboxPolicy>,
-    /// request id -> receipt.
+    /// request id -> receipt (compact outcomes, indexed by expiry and
+    /// workspace: see [`crate::receipts`]).
     #[serde(default)]
-    pub receipts: BTreeMap<String, Receipt>,
+    pub receipts: Receipts,
     /// The cluster's identity, once the first leader chose it.
     #[serde(default)]
     pub cluster: Option<ClusterIdentity>,
@@ -361,6 +291,68 @@ pub struct State {
     /// [`State::receipt_retention_ms`].
     #[serde(default)]
     pub receipt_retention_ms: i64,
+    /// Replicated configuration: per-workspace quotas, set by
+    /// `ConfigureQuotas`. Absent from states written before quotas existed
+    /// (then the defaults apply).
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+/// Per-workspace quotas: replicated configuration (`ConfigureQuotas`,
+/// proposed by a leader from its flags), checked at apply. A request that
+/// would exceed one is refused with RESOURCE_EXHAUSTED / QUOTA_EXCEEDED
+/// naming the quota, changes nothing and leaves no receipt, so it costs
+/// the cluster nothing and never blocks another workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Quotas {
+    /// Most request receipts one workspace holds
+    /// (`receipts_per_workspace`).
+    pub receipts_per_workspace: u64,
+    /// Most sandboxes in one workspace (`sandboxes_per_workspace`).
+    pub sandboxes_per_workspace: u64,
+    /// Most owned records (SSH sessions and policies) of the sandboxes of
+    /// one workspace (`owned_records_per_workspace`).
+    pub owned_records_per_workspace: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            receipts_per_workspace: crate::limits::RECEIPTS_PER_WORKSPACE_DEFAULT,
+            sandboxes_per_workspace: crate::limits::SANDBOXES_PER_WORKSPACE_DEFAULT,
+            owned_records_per_workspace: crate::limits::OWNED_RECORDS_PER_WORKSPACE_DEFAULT,
+        }
+    }
+}
+
+impl Quotas {
+    /// The quotas with each value clamped to
+    /// 1..=[`QUOTA_VALUE_MAX`](crate::limits::QUOTA_VALUE_MAX) (0 means the default).
+    pub fn clamped(self) -> Self {
+        let defaults = Quotas::default();
+        let clamp = |value: u64, default: u64| {
+            if value == 0 {
+                default
+            } else {
+                value.min(crate::limits::QUOTA_VALUE_MAX)
+            }
+        };
+        Quotas {
+            receipts_per_workspace: clamp(
+                self.receipts_per_workspace,
+                defaults.receipts_per_workspace,
+            ),
+            sandboxes_per_workspace: clamp(
+                self.sandboxes_per_workspace,
+                defaults.sandboxes_per_workspace,
+            ),
+            owned_records_per_workspace: clamp(
+                self.owned_records_per_workspace,
+                defaults.owned_records_per_workspace,
+            ),
+        }
+    }
 }
 
 impl Default for State {
@@ -386,10 +378,11 @@ impl State {
             names: BTreeMap::from([(DEFAULT_WORKSPACE.to_string(), BTreeMap::new())]),
             ssh_sessions: BTreeMap::new(),
             policies: BTreeMap::new(),
-            receipts: BTreeMap::new(),
+            receipts: Receipts::default(),
             cluster: None,
             clock_ms: 0,
             receipt_retention_ms: 0,
+            quotas: Quotas::default(),
         }
     }
 
@@ -411,6 +404,20 @@ impl State {
     /// Number of sandboxes in a workspace.
     pub fn sandbox_count(&self, workspace: &str) -> usize {
         self.names.get(workspace).map_or(0, BTreeMap::len)
+    }
+
+    /// Owned records (SSH sessions and policies) of the sandboxes of
+    /// `workspace`: O(sandboxes in the workspace).
+    pub fn owned_record_count(&self, workspace: &str) -> usize {
+        self.names.get(workspace).map_or(0, |names| {
+            names
+                .values()
+                .map(|id| {
+                    self.ssh_sessions.get(id).map_or(0, BTreeMap::len)
+                        + usize::from(self.policies.contains_key(id))
+                })
+                .sum()
+        })
     }
 
     /// Sandboxes with an operation in flight, for the effect executor.
@@ -455,6 +462,7 @@ impl State {
         for sandbox in self.sandboxes.values() {
             assert_sandbox_invariants(sandbox);
         }
+        self.receipts.assert_invariants();
     }
 }
 

@@ -586,11 +586,16 @@ fn request_ids_replay_the_original_result_exactly_once() {
         exit_code: Some(143),
     })
     .unwrap();
-    // Settled: the sandbox as it was when the stop ended.
-    let ReceiptResult::Sandbox(settled) = &log.state.receipts["stop-1"].result else {
-        panic!("the receipt settles with the sandbox");
-    };
-    assert_eq!(settled.phase, SandboxPhase::Stopped);
+    // Settled: a compact outcome, the sandbox's phase and generation when
+    // the stop ended (not a copy of the sandbox).
+    assert_eq!(
+        log.state.receipts["stop-1"].result,
+        ReceiptResult::Settled {
+            sandbox_id: "a1".into(),
+            generation: 1,
+            phase: SandboxPhase::Stopped,
+        }
+    );
     // A later start does not change what the stop's retry replays.
     log.apply(start(by_name("demo"))).unwrap();
     assert_eq!(
@@ -599,10 +604,14 @@ fn request_ids_replay_the_original_result_exactly_once() {
             request_id: "stop-1".into()
         }
     );
-    let ReceiptResult::Sandbox(settled) = &log.state.receipts["stop-1"].result else {
-        panic!("still settled");
-    };
-    assert_eq!(settled.phase, SandboxPhase::Stopped);
+    assert!(matches!(
+        log.state.receipts["stop-1"].result,
+        ReceiptResult::Settled {
+            generation: 1,
+            phase: SandboxPhase::Stopped,
+            ..
+        }
+    ));
     // The same id with another payload is refused.
     let reused = Command::BeginStop {
         target: by_name("demo"),
@@ -1101,4 +1110,319 @@ fn the_cluster_identity_is_chosen_once() {
     log.apply(init("aa")).unwrap();
     log.apply(init("bb")).unwrap();
     assert_eq!(log.state.cluster.as_ref().unwrap().token_secret_hex, "aa");
+}
+
+fn create_in(workspace: &str, id: &str, name: &str, request_id: &str) -> Command {
+    let Command::BeginCreate {
+        spec,
+        labels,
+        annotations,
+        host_identity,
+        ..
+    } = create(id, name)
+    else {
+        unreachable!()
+    };
+    Command::BeginCreate {
+        id: id.into(),
+        workspace: workspace.into(),
+        name: name.into(),
+        spec,
+        labels,
+        annotations,
+        time_ms: EPOCH_MS,
+        host_identity,
+        request: RequestMeta {
+            id: request_id.into(),
+            payload_digest: format!("digest-{request_id}"),
+            time_ms: EPOCH_MS,
+        },
+    }
+}
+
+fn quota_of(response: Response) -> (String, String, u64) {
+    match reason(response) {
+        Reason::QuotaExceeded {
+            quota,
+            workspace,
+            limit,
+        } => (quota, workspace, limit),
+        other => panic!("expected QUOTA_EXCEEDED, got {other:?}"),
+    }
+}
+
+/// Issue 13: a workspace at its receipt quota is refused (QUOTA_EXCEEDED
+/// naming the quota) without leaving a receipt, and another workspace goes
+/// on: the budget is per workspace, and refused requests consume nothing.
+#[test]
+fn a_workspace_at_its_receipt_quota_does_not_block_another() {
+    let mut log = Log::new();
+    log.apply(Command::ConfigureQuotas {
+        receipts_per_workspace: 3,
+        sandboxes_per_workspace: 0,
+        owned_records_per_workspace: 0,
+    })
+    .unwrap();
+    assert_eq!(log.state.quotas.receipts_per_workspace, 3);
+    assert_eq!(
+        log.state.quotas.sandboxes_per_workspace,
+        limits::SANDBOXES_PER_WORKSPACE_DEFAULT,
+        "0 means the default"
+    );
+    for name in ["busy", "other"] {
+        log.apply(Command::CreateWorkspace {
+            id: format!("id-{name}"),
+            name: name.into(),
+            time_ms: EPOCH_MS,
+        })
+        .unwrap();
+    }
+    log.apply(create_in("busy", "b1", "one", "r1")).unwrap();
+    log.apply(create_in("busy", "b2", "two", "r2")).unwrap();
+    // A rejection is an outcome to replay: it holds a receipt too.
+    assert_eq!(
+        reason(log.apply(create_in("busy", "b3", "one", "r3"))),
+        Reason::NameTaken
+    );
+    assert_eq!(log.state.receipts.count_in("busy"), 3);
+
+    let before = log.state.clone();
+    for attempt in 0..100 {
+        let refused = log.apply(create_in(
+            "busy",
+            &format!("b-over-{attempt}"),
+            &format!("over-{attempt}"),
+            &format!("over-{attempt}"),
+        ));
+        assert_eq!(
+            quota_of(refused),
+            ("receipts_per_workspace".into(), "busy".into(), 3)
+        );
+    }
+    assert_eq!(log.state, before, "refused requests change nothing");
+    // A retry of an applied request is not a new receipt: it replays.
+    assert_eq!(
+        log.apply(create_in("busy", "b1", "one", "r1")).unwrap(),
+        Outcome::Replayed {
+            request_id: "r1".into()
+        }
+    );
+    // The other workspace is not blocked.
+    for n in 0..3 {
+        log.apply(create_in(
+            "other",
+            &format!("o{n}"),
+            &format!("s{n}"),
+            &format!("other-{n}"),
+        ))
+        .unwrap();
+    }
+    assert_eq!(log.state.receipts.count_in("other"), 3);
+    assert_eq!(log.state.receipts.len(), 6);
+    assert_eq!(
+        Reason::QuotaExceeded {
+            quota: "receipts_per_workspace".into(),
+            workspace: "busy".into(),
+            limit: 3
+        }
+        .as_str(),
+        "QUOTA_EXCEEDED"
+    );
+}
+
+/// Sandboxes and owned records have per-workspace quotas of their own.
+#[test]
+fn sandbox_and_owned_record_quotas_are_per_workspace() {
+    let mut log = Log::new();
+    log.apply(Command::ConfigureQuotas {
+        receipts_per_workspace: 100,
+        sandboxes_per_workspace: 2,
+        owned_records_per_workspace: 2,
+    })
+    .unwrap();
+    log.apply(create_in(DEFAULT_WORKSPACE, "a1", "one", "c1"))
+        .unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(create_in(DEFAULT_WORKSPACE, "a2", "two", "c2"))
+        .unwrap();
+    assert_eq!(
+        quota_of(log.apply(create_in(DEFAULT_WORKSPACE, "a3", "three", "c3"))),
+        (
+            "sandboxes_per_workspace".into(),
+            DEFAULT_WORKSPACE.into(),
+            2
+        )
+    );
+    assert!(
+        !log.state.receipts.contains_key("c3"),
+        "a quota refusal leaves no receipt"
+    );
+    let session = |id: &str| Command::CreateSshSession {
+        target: SandboxTarget::Id("a1".into()),
+        session_id: id.into(),
+        token_sha256: "0".repeat(64),
+        expires_at_ms: 0,
+        ttl_ms: HOUR_MS,
+        time_ms: EPOCH_MS,
+    };
+    log.apply(session("s1")).unwrap();
+    log.apply(Command::SetSandboxPolicy {
+        target: SandboxTarget::Id("a1".into()),
+        document: "{}".into(),
+        expected_version: None,
+        time_ms: EPOCH_MS,
+    })
+    .unwrap();
+    assert_eq!(
+        quota_of(log.apply(session("s2"))),
+        (
+            "owned_records_per_workspace".into(),
+            DEFAULT_WORKSPACE.into(),
+            2
+        )
+    );
+    // Changing an existing policy adds no record.
+    log.apply(Command::SetSandboxPolicy {
+        target: SandboxTarget::Id("a1".into()),
+        document: "{\"v\":2}".into(),
+        expected_version: Some(1),
+        time_ms: EPOCH_MS,
+    })
+    .unwrap();
+}
+
+/// Issue 13: a receipt keeps a compact outcome, not a copy of the sandbox,
+/// however large the sandbox; receipts written before (holding the whole
+/// sandbox) still decode, into the compact form.
+#[test]
+fn receipts_keep_a_compact_outcome_and_old_ones_still_decode() {
+    let mut log = Log::new();
+    let mut command = create("a1", "big");
+    if let Command::BeginCreate { spec, .. } = &mut command {
+        spec.env = (0..8)
+            .map(|n| (format!("VAR_{n}"), "x".repeat(8 * 1024)))
+            .collect();
+    }
+    log.apply(command).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    log.apply(stop(by_name("big"))).unwrap();
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
+        generation: 1,
+        exit_code: Some(0),
+    })
+    .unwrap();
+    let sandbox_bytes = serde_json::to_vec(log.sandbox("a1")).unwrap().len();
+    for n in 0..100 {
+        let already = log
+            .apply(Command::BeginStop {
+                target: by_name("big"),
+                expected_execution: None,
+                request: RequestMeta {
+                    id: format!("tiny-{n}"),
+                    payload_digest: "d".into(),
+                    time_ms: EPOCH_MS,
+                },
+            })
+            .unwrap();
+        assert_eq!(
+            already,
+            Outcome::AlreadyDone {
+                sandbox_id: "a1".into()
+            }
+        );
+    }
+    assert_eq!(
+        log.state.receipts["tiny-0"].result,
+        ReceiptResult::Settled {
+            sandbox_id: "a1".into(),
+            generation: 1,
+            phase: SandboxPhase::Stopped,
+        }
+    );
+    let receipts_bytes = serde_json::to_vec(&log.state.receipts).unwrap().len();
+    assert!(
+        receipts_bytes < 100 * 400,
+        "100 receipts take {receipts_bytes} bytes (the sandbox alone is {sandbox_bytes})"
+    );
+
+    // A snapshot from before compact receipts: the receipt holds the whole
+    // sandbox. It decodes into the compact outcome.
+    let mut snapshot = serde_json::to_value(&log.state).unwrap();
+    let sandbox = serde_json::to_value(log.sandbox("a1")).unwrap();
+    let receipt = &mut snapshot["receipts"]["tiny-0"];
+    receipt["result"] = serde_json::json!({ "Sandbox": sandbox });
+    receipt.as_object_mut().unwrap().remove("workspace");
+    let decoded: State = serde_json::from_value(snapshot).unwrap();
+    decoded.assert_invariants();
+    assert_eq!(
+        decoded.receipts["tiny-0"].result,
+        ReceiptResult::Settled {
+            sandbox_id: "a1".into(),
+            generation: 1,
+            phase: SandboxPhase::Stopped,
+        }
+    );
+    assert_eq!(decoded.receipts["tiny-0"].workspace, "");
+    assert_eq!(
+        decoded.receipts.count_in(DEFAULT_WORKSPACE),
+        log.state.receipts.count_in(DEFAULT_WORKSPACE) - 1,
+        "an old receipt counts against no workspace"
+    );
+}
+
+/// Expiry walks the settlement index: the receipts still kept and the
+/// indexes stay consistent however receipts settle and expire.
+#[test]
+fn receipts_expire_in_settlement_order() {
+    let mut log = Log::new();
+    log.apply(tick(EPOCH_MS)).unwrap();
+    log.apply(create("a1", "demo")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    // One pending stop, settled a day later than the rest.
+    log.apply(stop(by_name("demo"))).unwrap();
+    for n in 0..10 {
+        log.apply(tick(EPOCH_MS + n * MINUTE_MS)).unwrap();
+        log.apply(create(&format!("x{n}"), &format!("x{n}")))
+            .unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 12);
+    let mut clock = EPOCH_MS + 10 * MINUTE_MS;
+    while clock < EPOCH_MS + DAY_MS + 5 * MINUTE_MS {
+        clock += MINUTE_MS;
+        log.apply(tick(clock)).unwrap();
+    }
+    // a1's create settled at the epoch: gone after a day; the stop and
+    // the unlaunched creates are pending: kept however old.
+    assert_eq!(
+        log.state.receipts.len(),
+        11,
+        "pending receipts never expire"
+    );
+    log.apply(Command::CompleteStop {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
+        generation: 1,
+        exit_code: None,
+    })
+    .unwrap();
+    let settled_at = log.state.clock_ms;
+    while log.state.clock_ms < settled_at + DAY_MS - MINUTE_MS {
+        let next = log.state.clock_ms + MINUTE_MS;
+        log.apply(tick(next)).unwrap();
+    }
+    assert_eq!(log.state.receipts.len(), 11);
+    log.apply(tick(settled_at + DAY_MS)).unwrap();
+    assert_eq!(
+        log.state.receipts.len(),
+        10,
+        "only the stop's receipt expired"
+    );
+    assert!(
+        log.state
+            .receipts
+            .values()
+            .all(|receipt| receipt.settled_at_ms().is_none())
+    );
 }

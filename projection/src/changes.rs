@@ -88,8 +88,44 @@ impl Shadow {
     /// Apply never reads either (it records the secret once and stores the
     /// digests), so a shadow restored from it decides every later entry,
     /// and projects every row, exactly as the replica's state does.
+    ///
+    /// Receipts are left out, but for the few that may expire within
+    /// [`SHADOW_RECEIPTS_HORIZON_MS`] of the shadow's clock: the rest are
+    /// still in the replica's state when the shadow is loaded again, and
+    /// [`Shadow::restore_receipts`] takes them from there. So the stored
+    /// shadow's size does not grow with the number of receipts (tens of
+    /// thousands a minute under load, kept a day).
     pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
-        let mut copy = self.state.clone();
+        let state = &self.state;
+        // Receipts whose retention may end (at the shortest retention)
+        // within the horizon: they may be gone from the replica by then.
+        let expiring_by = state
+            .clock_ms
+            .saturating_add(SHADOW_RECEIPTS_HORIZON_MS)
+            .saturating_sub(palisade_lifecycle::limits::RECEIPT_RETENTION_MS_MIN);
+        let mut copy = State {
+            workspaces: state.workspaces.clone(),
+            sandboxes: state.sandboxes.clone(),
+            names: state.names.clone(),
+            ssh_sessions: state.ssh_sessions.clone(),
+            policies: state.policies.clone(),
+            // Before the first tick (clock 0) every receipt is kept: the
+            // tick that sets the epoch may expire any of them, and there
+            // are only the few of the cluster's first seconds.
+            receipts: if state.clock_ms == 0 {
+                state.receipts.clone()
+            } else {
+                state
+                    .receipts
+                    .settled_up_to(expiring_by)
+                    .map(|(id, receipt)| (id.clone(), receipt.clone()))
+                    .collect()
+            },
+            cluster: state.cluster.clone(),
+            clock_ms: state.clock_ms,
+            receipt_retention_ms: state.receipt_retention_ms,
+            quotas: state.quotas,
+        };
         if let Some(cluster) = copy.cluster.as_mut() {
             cluster.token_secret_hex.clear();
         }
@@ -102,7 +138,55 @@ impl Shadow {
         }
         serde_json::to_vec(&copy)
     }
+
+    /// Completes a shadow decoded from `projection_shadow` with the
+    /// receipts [`Shadow::encode`] left out, taken from `replica` (the
+    /// replica's state, at or after the shadow's position): every receipt
+    /// it holds that was made at or before the shadow's position. That is
+    /// exactly the receipts the shadow held, provided the replica's clock
+    /// is less than [`SHADOW_RECEIPTS_HORIZON_MS`] ahead of the shadow's —
+    /// a receipt alive at the shadow and gone from the replica expired in
+    /// between, so it was stored with the shadow — which is checked:
+    /// `false` when it is not (the caller resyncs instead).
+    pub fn restore_receipts(&mut self, replica: &State) -> bool {
+        if self.state.clock_ms == 0 {
+            // Stored with every receipt (see `encode`).
+            return true;
+        }
+        // Complete when the replica's clock is below the earliest expiry
+        // of a receipt left out: a settled one expires after the shadow's
+        // clock plus the horizon (it was left out), a pending one a day
+        // after it settles, which is after the shadow's clock.
+        if replica.clock_ms.saturating_sub(self.state.clock_ms) >= SHADOW_RECEIPTS_HORIZON_MS {
+            return false;
+        }
+        let index = self.position.index;
+        let missing: Vec<(String, palisade_lifecycle::Receipt)> = replica
+            .receipts
+            .iter()
+            .filter(|(id, receipt)| {
+                receipt.created_at_index <= index && !self.state.receipts.contains_key(id)
+            })
+            .map(|(id, receipt)| (id.clone(), receipt.clone()))
+            .collect();
+        for (id, receipt) in missing {
+            self.state.receipts.insert(id, receipt);
+        }
+        true
+    }
 }
+
+/// How far ahead of a stored shadow's clock receipts are stored with it
+/// (those that may expire by then); a stored shadow is usable while the
+/// replica's clock is less than this ahead of it, and one is stored at
+/// least every third of it ([`SHADOW_INTERVAL_CLOCK_MS`]). Two hours: a
+/// projector that far behind resyncs (under any sustained write rate the
+/// log is compacted long before), and at steady state (retention 24 h)
+/// the stored shadow carries the receipts settled in one two-hour slice,
+/// never the whole window; in the first 22 h of a cluster, none.
+pub const SHADOW_RECEIPTS_HORIZON_MS: i64 = 2 * 3600 * 1000;
+/// A shadow is stored at least this often on the replicated clock.
+pub const SHADOW_INTERVAL_CLOCK_MS: i64 = SHADOW_RECEIPTS_HORIZON_MS / 3;
 
 /// What an entry names, resolved against the state before it applies.
 #[derive(Debug, Default)]
@@ -203,7 +287,8 @@ impl Subject {
             | Command::ObserveExit { sandbox_id, .. } => on(Some(sandbox_id.clone())),
             Command::InitializeCluster { .. }
             | Command::AdoptDriverIdentity { .. }
-            | Command::ConfigureReceiptRetention { .. } => Subject::default(),
+            | Command::ConfigureReceiptRetention { .. }
+            | Command::ConfigureQuotas { .. } => Subject::default(),
             Command::Tick { now_ms, .. } => Subject {
                 time_ms: Some(*now_ms),
                 tick: true,

@@ -61,7 +61,9 @@ pub mod store;
 pub mod test_postgres;
 pub mod workload;
 
-pub use changes::{ProjectedRows, SessionRow};
+pub use changes::{
+    ProjectedRows, SHADOW_INTERVAL_CLOCK_MS, SHADOW_RECEIPTS_HORIZON_MS, SessionRow,
+};
 pub use error::ProjectionError;
 pub use memory::MemoryReplica;
 pub use projector::{ProjectionConfig, Projector, spawn};

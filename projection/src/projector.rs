@@ -29,6 +29,18 @@
 //! that stood by keeps its shadow in memory and only replays what others
 //! projected since.
 //!
+//! The stored shadow leaves out request receipts (tens of thousands a
+//! minute under load, each kept a day) except the few that may expire
+//! within [`SHADOW_RECEIPTS_HORIZON_MS`](crate::SHADOW_RECEIPTS_HORIZON_MS):
+//! a projector that loads it takes the others from its replica's state
+//! (those made at or before the shadow's index), which is exact while the
+//! replica's clock is within that horizon of the shadow's — so a shadow is
+//! also stored at least every [`SHADOW_INTERVAL_CLOCK_MS`] of replicated
+//! time, and a projector further behind resyncs. So a stored shadow costs
+//! the sandboxes, sessions and policies, not the receipts; and each stored
+//! shadow replaces the previous row, whose dead tuples are vacuumed right
+//! away (`VACUUM projection_shadow`) rather than left to autovacuum.
+//!
 //! # Failures
 //!
 //! PostgreSQL is not on the write path: the projector reads the log, which
@@ -54,7 +66,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::changes::{BatchChanges, Shadow, WritePlan};
+use crate::changes::{BatchChanges, SHADOW_INTERVAL_CLOCK_MS, Shadow, WritePlan};
 use crate::error::ProjectionError;
 use crate::query::Projection;
 use crate::source::{LogRecord, ReplicaSource};
@@ -187,6 +199,8 @@ pub struct Projector<S: ReplicaSource> {
     /// stored, so the next batch stores one — a checkpoint above 0 always
     /// has a stored shadow at or below it).
     shadow_stored_at: Option<u64>,
+    /// The replicated clock of the shadow last stored (or loaded).
+    shadow_stored_clock_ms: i64,
     migrated: bool,
     rng: StdRng,
     last_status_log: Instant,
@@ -243,6 +257,7 @@ impl<S: ReplicaSource> Projector<S> {
             shadow: None,
             verified: false,
             shadow_stored_at: None,
+            shadow_stored_clock_ms: 0,
             migrated: false,
             rng,
             last_status_log: Instant::now(),
@@ -456,10 +471,18 @@ impl<S: ReplicaSource> Projector<S> {
         }
         let to = shadow.position;
         let plan = WritePlan::of_changes(&shadow.state, changes);
-        let shadow_bytes = if self
-            .shadow_stored_at
-            .is_none_or(|stored| to.index >= stored + self.config.shadow_interval_entries)
-        {
+        // Every `shadow_interval_entries`, and at least every
+        // SHADOW_INTERVAL_CLOCK_MS of replicated time: a stored shadow is
+        // usable only while the replica's clock is within the receipts
+        // horizon of it (see `Shadow::restore_receipts`).
+        let shadow_bytes = if self.shadow_stored_at.is_none_or(|stored| {
+            to.index >= stored + self.config.shadow_interval_entries
+                || shadow
+                    .state
+                    .clock_ms
+                    .saturating_sub(self.shadow_stored_clock_ms)
+                    >= SHADOW_INTERVAL_CLOCK_MS
+        }) {
             Some(shadow.encode().map_err(|source| ProjectionError::Decode {
                 what: "the shadow state",
                 source,
@@ -485,10 +508,17 @@ impl<S: ReplicaSource> Projector<S> {
         ))
         .await?;
         let elapsed = started.elapsed();
-        self.shadow = Some(shadow);
         if shadow_bytes.is_some() {
             self.shadow_stored_at = Some(to.index);
+            self.shadow_stored_clock_ms = shadow.state.clock_ms;
+            // The replaced shadow's row (and its TOAST chunks) are dead
+            // tuples: reclaim them now rather than leave the table's size
+            // to autovacuum.
+            if let Err(error) = bounded(store::vacuum_shadow(&self.pool)).await {
+                debug!(node = self.config.node_id, %error, "vacuuming projection_shadow failed; autovacuum will");
+            }
         }
+        self.shadow = Some(shadow);
         self.lag.forget_through(to.index);
         self.status.send_modify(|status| {
             status.state = ProjectorState::Projecting;
@@ -555,7 +585,21 @@ impl<S: ReplicaSource> Projector<S> {
             None => match bounded(store::read_shadow(&self.pool)).await? {
                 Some((position, state)) if position.index <= target.index => {
                     self.shadow_stored_at = Some(position.index);
-                    Shadow { state, position }
+                    self.shadow_stored_clock_ms = state.clock_ms;
+                    let mut shadow = Shadow { state, position };
+                    // The stored shadow holds only the receipts that may
+                    // expire soon; the others come from the replica.
+                    let (replica, _) = self.source.applied_state();
+                    if !shadow.restore_receipts(&replica) {
+                        warn!(
+                            node = self.config.node_id,
+                            shadow = position.index,
+                            checkpoint = target.index,
+                            "the stored shadow is too far behind the replica's clock to restore its receipts; resyncing"
+                        );
+                        return self.resync(target.index).await;
+                    }
+                    shadow
                 }
                 Some(_) => {
                     // The shadow only moves with the checkpoint: another
@@ -687,6 +731,7 @@ impl<S: ReplicaSource> Projector<S> {
             to = position.index,
             "projection resynced from the replica's state; the events of the entries in between are not in lifecycle_events (see projection_resyncs)"
         );
+        self.shadow_stored_clock_ms = shadow.state.clock_ms;
         self.shadow = Some(shadow);
         self.verified = true;
         self.shadow_stored_at = Some(position.index);

@@ -95,6 +95,16 @@ pub async fn read_checkpoint(pool: &PgPool) -> Result<Checkpoint, ProjectionErro
     })
 }
 
+/// Reclaims the dead versions of `projection_shadow`'s row (each stored
+/// shadow replaces the previous one). Runs outside any transaction, as
+/// VACUUM must.
+pub(crate) async fn vacuum_shadow(pool: &PgPool) -> Result<(), ProjectionError> {
+    sqlx::query("VACUUM projection_shadow")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// Reads the stored shadow state, if any.
 pub(crate) async fn read_shadow(
     pool: &PgPool,

@@ -1087,3 +1087,128 @@ async fn three_replicas_random_workload_with_a_leader_handoff() -> Result<()> {
     }
     Ok(())
 }
+
+/// Issue 13: the stored shadow costs O(state without receipts): 3,000 more
+/// request receipts (a day's retention keeps them all) do not grow it. A
+/// projector that starts from it takes the receipts from the replica and
+/// still decides a retry of an old request id as a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_shadow_does_not_grow_with_the_number_of_receipts() -> Result<()> {
+    use palisade_lifecycle::{
+        Command, CompletionOf, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget,
+    };
+    let harness = Harness::new(1).await?;
+    let replica = &harness.replica;
+    let request = |id: &str| RequestMeta {
+        id: id.into(),
+        payload_digest: "same".into(),
+        time_ms: 1,
+    };
+    // The cluster's first tick sets the replicated clock's epoch.
+    replica
+        .commit(Command::Tick {
+            now_ms: 1_767_225_600_000,
+            receipt_retention_ms: 0,
+        })
+        .1?;
+    replica
+        .commit(Command::BeginCreate {
+            id: "sandbox-1".into(),
+            workspace: "default".into(),
+            name: "big".into(),
+            spec: SandboxSpec::default(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            time_ms: 1,
+            host_identity: "host".into(),
+            request: request("create"),
+        })
+        .1?;
+    replica
+        .commit_bound(Command::CompleteLaunch {
+            sandbox_id: "sandbox-1".into(),
+            of: CompletionOf::UNBOUND,
+            generation: 1,
+            result: LaunchResult::Running {
+                handle: "pid=1".into(),
+                driver: "noop".into(),
+            },
+        })
+        .1?;
+    let tiny_stop = |id: String| Command::BeginStop {
+        target: SandboxTarget::Id("sandbox-1".into()),
+        expected_execution: None,
+        request: request(&id),
+    };
+    replica.commit(tiny_stop("stop".into())).1?;
+    replica
+        .commit_bound(Command::CompleteStop {
+            sandbox_id: "sandbox-1".into(),
+            of: CompletionOf::UNBOUND,
+            generation: 1,
+            exit_code: Some(0),
+        })
+        .1?;
+    let (projector, projection) = harness.projector(1)?;
+    let (task, _active) = run(projector);
+
+    // Stops of a stopped sandbox: one receipt each, nothing else changes.
+    let stored_shadow = |count: usize, offset: usize| {
+        let replica = replica.clone();
+        let projection = projection.clone();
+        async move {
+            let mut last = 0;
+            for n in offset..offset + count {
+                last = replica.commit(tiny_stop(format!("tiny-{n}"))).0.index;
+            }
+            projection.wait_for_index(last, WAIT).await?;
+            let (index, bytes): (i64, i32) =
+                sqlx::query_as("SELECT applied_index, length(state) FROM projection_shadow")
+                    .fetch_one(projection.pool())
+                    .await?;
+            ensure!(
+                index as u64 + 200 > last,
+                "a shadow was stored within the last 200 entries ({index} vs {last})"
+            );
+            Ok::<i32, anyhow::Error>(bytes)
+        }
+    };
+    let after_300 = stored_shadow(300, 0).await?;
+    let after_3300 = stored_shadow(3_000, 300).await?;
+    println!("stored shadow: {after_300} bytes with 300 receipts, {after_3300} with 3,300");
+    ensure!(
+        replica.read(|state| state.receipts.len()) >= 3_300,
+        "the receipts are kept"
+    );
+    ensure!(
+        after_3300 <= after_300 + 256,
+        "the stored shadow grew from {after_300} to {after_3300} bytes with 3,000 more receipts"
+    );
+    task.abort();
+    let _ = task.await;
+
+    // A new projector starts from the stored shadow (receipts restored
+    // from the replica): a retry of an old request is a replay, as on the
+    // replica, and the projection stays equal to the state.
+    let (retried_at, response) = replica.commit(tiny_stop("tiny-5".into()));
+    ensure!(
+        matches!(response, Ok(palisade_lifecycle::Outcome::Replayed { .. })),
+        "{response:?}"
+    );
+    let (projector, projection) = harness.projector(2)?;
+    let (task, _active) = run(projector);
+    projection.wait_for_index(retried_at.index, WAIT).await?;
+    let outcome: String =
+        sqlx::query_scalar("SELECT outcome FROM lifecycle_events WHERE log_index = $1")
+            .bind(retried_at.index as i64)
+            .fetch_one(projection.pool())
+            .await?;
+    ensure!(outcome == "Replayed", "the projector decided {outcome}");
+    assert_rows_equal(&projection, replica).await?;
+    let resyncs: i64 = sqlx::query_scalar("SELECT count(*) FROM projection_resyncs")
+        .fetch_one(projection.pool())
+        .await?;
+    ensure!(resyncs == 0, "no resync was needed");
+    task.abort();
+    Ok(())
+}

@@ -29,5 +29,7 @@ pub mod types;
 
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
 pub use peer_service::PeerService;
-pub use state_machine::{LifecycleStateMachine, SandboxChange, SandboxEvent, StateHandle};
+pub use state_machine::{
+    LifecycleStateMachine, STATE_BYTES_MAX, SandboxChange, SandboxEvent, StateHandle,
+};
 pub use types::*;

@@ -8,9 +8,22 @@
 //! atomically by [`palisade_storage::SnapshotFiles`]. Every applied index is
 //! published on a `watch` channel so request handlers and the effect
 //! executor wake up when the state moves.
+//!
+//! # The state's byte size
+//!
+//! The state travels whole in every snapshot, and a snapshot larger than
+//! [`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX) (1 GiB) can
+//! never be sent to a follower. So the state's encoded size is tracked:
+//! exact whenever the state is encoded (snapshot build, install, restore,
+//! `cluster status`), and between two encodings grown by the encoded size
+//! of every command applied since — an upper bound, since a command adds
+//! at most about its own size to the state (a delete shrinks it). The
+//! gateway refuses commands that can grow the state once the estimate
+//! reaches [`STATE_BYTES_MAX`] (see `cluster status`, `state_bytes`).
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
@@ -100,8 +113,69 @@ impl EventLog {
     }
 }
 
+/// Ceiling of the state's encoded size: half of what a snapshot transfer
+/// can carry ([`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX),
+/// 1 GiB), leaving room for the estimate's error and for the commands
+/// already admitted when it is reached. The gateway refuses commands that
+/// grow the state (RESOURCE_EXHAUSTED / STATE_BUDGET_EXHAUSTED) above it;
+/// deletes and retries of applied requests still pass.
+pub const STATE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+
+/// Counts the bytes a value encodes to, without keeping them.
+#[derive(Default)]
+struct ByteCounter(u64);
+
+impl io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Encoded size of `value` (JSON, as in snapshots).
+fn encoded_bytes(value: &impl Serialize) -> u64 {
+    let mut counter = ByteCounter::default();
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0,
+        Err(_) => 0,
+    }
+}
+
+/// The state's size: `measured` bytes when it was last encoded, plus
+/// `grown` bytes of commands applied since (see the module doc).
+#[derive(Debug, Default)]
+struct StateBytes {
+    measured: AtomicU64,
+    grown: AtomicU64,
+}
+
+impl StateBytes {
+    fn estimate(&self) -> u64 {
+        self.measured
+            .load(Ordering::Relaxed)
+            .saturating_add(self.grown.load(Ordering::Relaxed))
+    }
+
+    /// The state measured `bytes` after `grown_before` of the growth
+    /// counted so far (what was applied after the measured copy stays).
+    fn measured(&self, bytes: u64, grown_before: u64) {
+        self.measured.store(bytes, Ordering::Relaxed);
+        let _ = self
+            .grown
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |grown| {
+                Some(grown.saturating_sub(grown_before))
+            });
+    }
+}
+
 struct Shared {
     applied: RwLock<AppliedState>,
+    /// The state's encoded size, tracked (read without the lock).
+    bytes: StateBytes,
     /// Recent sandbox changes; its own lock so watchers never hold up reads.
     events: RwLock<EventLog>,
     /// Applied index, published after every apply batch and snapshot install.
@@ -128,6 +202,30 @@ impl StateHandle {
     /// Index of the last applied log entry (0 before any).
     pub fn applied_index(&self) -> u64 {
         *self.shared.applied_index.borrow()
+    }
+
+    /// The state's encoded size in bytes: exact when last encoded, plus
+    /// an upper bound of what was applied since (see the module doc).
+    pub fn state_bytes(&self) -> u64 {
+        self.shared.bytes.estimate()
+    }
+
+    /// Encodes the applied state once for `use_encoded` (e.g. a digest),
+    /// under the read lock, and records its exact size.
+    pub fn with_encoded<T>(&self, use_encoded: impl FnOnce(&AppliedState, &[u8]) -> T) -> T {
+        let guard = self
+            .shared
+            .applied
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Growth is only added under the write lock: none is missed or
+        // counted twice while we hold the read lock.
+        let grown_before = self.shared.bytes.grown.load(Ordering::Relaxed);
+        let encoded = serde_json::to_vec(&guard.state).unwrap_or_default();
+        self.shared
+            .bytes
+            .measured(encoded.len() as u64, grown_before);
+        use_encoded(&guard, &encoded)
     }
 
     /// A receiver that changes whenever the applied index moves.
@@ -166,7 +264,12 @@ impl LifecycleStateMachine {
     /// restoring the last snapshot if there is one.
     pub fn open(snapshot_dir: &Path) -> io::Result<Self> {
         let snapshots = SnapshotFiles::<SnapshotMeta>::open(snapshot_dir)?;
-        let applied = match snapshots.load()? {
+        let loaded = snapshots.load()?;
+        let measured = match &loaded {
+            Some((_, data)) => data.len() as u64,
+            None => encoded_bytes(&State::default()),
+        };
+        let applied = match loaded {
             Some((meta, data)) => {
                 let state: State = serde_json::from_slice(&data).map_err(|error| {
                     io::Error::new(
@@ -195,6 +298,10 @@ impl LifecycleStateMachine {
         Ok(Self {
             shared: Arc::new(Shared {
                 applied: RwLock::new(applied),
+                bytes: StateBytes {
+                    measured: AtomicU64::new(measured),
+                    grown: AtomicU64::new(0),
+                },
                 events: RwLock::new(events),
                 applied_index,
             }),
@@ -278,22 +385,39 @@ pub struct LifecycleSnapshotBuilder {
 }
 
 impl LifecycleSnapshotBuilder {
-    /// The state to snapshot: a copy taken under the read lock.
-    fn copy(&self) -> AppliedState {
-        self.shared
+    /// The state to snapshot: a copy taken under the read lock, with the
+    /// growth counted up to it.
+    fn copy(&self) -> (AppliedState, u64) {
+        let guard = self
+            .shared
             .applied
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (
+            guard.clone(),
+            self.shared.bytes.grown.load(Ordering::Relaxed),
+        )
     }
 
     /// Serializes `copy` and saves it, unless a newer snapshot was put in
     /// place meanwhile (installed from the leader while this one was being
     /// built): then that one stays (see [`palisade_storage::snapshot_files`]).
-    async fn persist(&self, copy: AppliedState) -> Result<Snapshot, io::Error> {
+    async fn persist(
+        &self,
+        (copy, grown_before): (AppliedState, u64),
+    ) -> Result<Snapshot, io::Error> {
         let snapshots = self.snapshots.clone();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
             let data = encode_state(&copy.state)?;
+            shared.bytes.measured(data.len() as u64, grown_before);
+            if data.len() as u64 > STATE_BYTES_MAX {
+                tracing::warn!(
+                    state_bytes = data.len(),
+                    limit = STATE_BYTES_MAX,
+                    "the state is above its byte budget; writes that grow it are refused until it shrinks"
+                );
+            }
             let meta = SnapshotMeta {
                 last_log_id: copy.last_applied,
                 last_membership: copy.membership,
@@ -363,6 +487,11 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                         };
                         let response =
                             palisade_lifecycle::apply(&mut guard.state, position, command);
+                        // Under the write lock: see `StateHandle::with_encoded`.
+                        self.shared
+                            .bytes
+                            .grown
+                            .fetch_add(encoded_bytes(command), Ordering::Relaxed);
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
                         response
                     }
@@ -421,6 +550,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         // Persist first: if we crash after the rename, the restart restores
         // this snapshot; before it, the old snapshot plus the log.
         let snapshots = self.snapshots.clone();
+        let snapshot_bytes = snapshot.len() as u64;
         let (meta_copy, data) = (meta.clone(), snapshot);
         let saved = tokio::task::spawn_blocking(move || snapshots.save(&meta_copy, &data))
             .await
@@ -438,6 +568,11 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         {
             let mut guard = self.write();
+            self.shared
+                .bytes
+                .measured
+                .store(snapshot_bytes, Ordering::Relaxed);
+            self.shared.bytes.grown.store(0, Ordering::Relaxed);
             *guard = AppliedState {
                 state,
                 last_applied: meta.last_log_id,

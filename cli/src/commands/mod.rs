@@ -521,6 +521,9 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                 "cluster_id": info.cluster_id,
                 "orphans_found": info.orphans_found,
                 "orphans_reaped": info.orphans_reaped,
+                "state_bytes": info.state_bytes,
+                "state_bytes_max": info.state_bytes_max,
+                "receipts": info.receipts,
                 "executor_blocked": (!info.executor_blocked.is_empty()).then_some(&info.executor_blocked),
                 "projection": info.projection.as_ref().map(|projection| json!({
                     "state": projection.state,
@@ -562,6 +565,7 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                             "-".into(),
                             "-".into(),
                             "-".into(),
+                            "-".into(),
                         ]
                     } else {
                         let projection = match &view["projection"] {
@@ -583,6 +587,11 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                             text("commit_index"),
                             text("applied_index"),
                             text("lag"),
+                            format!(
+                                "{:.1}/{} MiB",
+                                view["state_bytes"].as_u64().unwrap_or(0) as f64 / 1048576.0,
+                                view["state_bytes_max"].as_u64().unwrap_or(0) / 1048576
+                            ),
                             projection,
                         ]
                     }
@@ -598,6 +607,7 @@ async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<
                     "COMMIT",
                     "APPLIED",
                     "LAG",
+                    "STATE SIZE",
                     "PROJECTION",
                 ],
                 &rows,

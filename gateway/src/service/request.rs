@@ -123,6 +123,39 @@ pub(super) fn decode_page_token(token: &str) -> Result<Option<(String, String)>,
     Ok(Some((first.to_string(), second.to_string())))
 }
 
+/// The answer a settled receipt replays. A receipt keeps a compact outcome
+/// (sandbox id, generation, phase), not a copy of the sandbox: the answer
+/// is the sandbox as it is now, showing the phase and execution the
+/// request left it in when it has moved on since (a later start does not
+/// turn a stop's answer into READY). A sandbox deleted since answers as
+/// gone.
+fn replay_settled(
+    state: &core::State,
+    sandbox_id: &str,
+    generation: u64,
+    phase: core::SandboxPhase,
+) -> Settled {
+    let Some(current) = state.sandboxes.get(sandbox_id) else {
+        return Settled::Gone {
+            sandbox_id: sandbox_id.to_string(),
+        };
+    };
+    let mut sandbox = current.clone();
+    if sandbox.execution.generation != generation {
+        sandbox.execution = core::Execution {
+            generation,
+            handle: None,
+            driver: None,
+            exit_code: None,
+        };
+    }
+    if sandbox.phase != phase || sandbox.execution.generation != current.execution.generation {
+        sandbox.phase = phase;
+        sandbox.operation = None;
+    }
+    Settled::Sandbox(Box::new(sandbox))
+}
+
 impl PalisadeService {
     pub(super) async fn read_consistency(&self, consistency: i32) -> Result<(), Status> {
         match v1::Consistency::try_from(consistency) {
@@ -163,7 +196,16 @@ impl PalisadeService {
                     })
                 }
                 ReceiptResult::Pending { .. } => None,
-                ReceiptResult::Sandbox(sandbox) => Some(Ok(Settled::Sandbox(sandbox.clone()))),
+                ReceiptResult::Settled {
+                    sandbox_id,
+                    generation,
+                    phase,
+                } => Some(Ok(replay_settled(
+                    &applied.state,
+                    sandbox_id,
+                    *generation,
+                    *phase,
+                ))),
                 ReceiptResult::Deleted { sandbox_id } => Some(Ok(Settled::Gone {
                     sandbox_id: sandbox_id.clone(),
                 })),
