@@ -30,6 +30,17 @@ pub const ENV_NAME_BYTES_MAX: usize = 256;
 pub const ENV_VALUE_BYTES_MAX: usize = 16 * 1024;
 /// Longest image reference.
 pub const IMAGE_LENGTH_MAX: usize = 1024;
+/// Largest CPU limit of a sandbox, in thousandths of a CPU (1,024 CPUs).
+pub const CPU_MILLIS_MAX: u64 = 1_024_000;
+/// Smallest non-zero CPU limit, in thousandths of a CPU (the Docker Engine's
+/// minimum, 0.01 CPU).
+pub const CPU_MILLIS_MIN: u64 = 10;
+/// Smallest non-zero memory limit of a sandbox (the Docker Engine's minimum, 6 MiB).
+pub const MEMORY_BYTES_MIN: u64 = 6 * 1024 * 1024;
+/// Largest memory limit of a sandbox (16 TiB).
+pub const MEMORY_BYTES_MAX: u64 = 16 << 40;
+/// Longest working directory path of a sandbox.
+pub const WORKDIR_BYTES_MAX: usize = 4096;
 /// Most sandboxes in one workspace.
 pub const SANDBOXES_PER_WORKSPACE_MAX: usize = 10_000;
 /// Most workspaces in the cluster.

@@ -61,31 +61,31 @@ pub struct TombstoneRecord {
 
 /// The identity record of a driver directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct DriverIdentityRecord {
-    pub(super) driver_id: String,
+pub(crate) struct DriverIdentityRecord {
+    pub(crate) driver_id: String,
 }
 
 /// An exclusive lock on one sandbox; released when dropped (the file is closed).
 #[derive(Debug)]
-pub(super) struct SandboxLock {
+pub(crate) struct SandboxLock {
     _file: File,
 }
 
-pub(super) fn lock_path(sandbox_dir: &Path) -> PathBuf {
+pub(crate) fn lock_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(SANDBOX_LOCK_FILE)
 }
 
-pub(super) fn fence_path(sandbox_dir: &Path) -> PathBuf {
+pub(crate) fn fence_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(FENCE_FILE)
 }
 
-pub(super) fn tombstone_path(sandbox_dir: &Path) -> PathBuf {
+pub(crate) fn tombstone_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(TOMBSTONE_FILE)
 }
 
 /// Creates the sandbox directory if it does not exist, durably: its entry in the
 /// driver directory is fsynced before anything is recorded inside it.
-pub(super) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
+pub(crate) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
     match fs::create_dir(sandbox_dir) {
         Ok(()) => sync_dir(parent_of(sandbox_dir)),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -95,7 +95,7 @@ pub(super) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
 
 /// Takes the sandbox's lock, creating the sandbox directory if needed. Fails with
 /// `TimedOut` if another holder keeps it past `timeout`.
-pub(super) fn lock_sandbox(
+pub(crate) fn lock_sandbox(
     sandbox_dir: &Path,
     timeout: Duration,
     poll_interval: Duration,
@@ -163,19 +163,19 @@ pub(super) fn lock_sandbox(
 }
 
 /// The highest fence admitted for the sandbox, if any.
-pub(super) fn read_fence(sandbox_dir: &Path) -> io::Result<Option<Fence>> {
+pub(crate) fn read_fence(sandbox_dir: &Path) -> io::Result<Option<Fence>> {
     read_record(&fence_path(sandbox_dir))
 }
 
 /// The sandbox's tombstone, if it has one.
-pub(super) fn read_tombstone(sandbox_dir: &Path) -> io::Result<Option<TombstoneRecord>> {
+pub(crate) fn read_tombstone(sandbox_dir: &Path) -> io::Result<Option<TombstoneRecord>> {
     read_record(&tombstone_path(sandbox_dir))
 }
 
 /// Checks `fence` against the highest fence seen for the sandbox and records it if
 /// it is higher. Call with the sandbox's lock held, and take the deciding step of
 /// the effect before dropping it.
-pub(super) fn admit_fence(
+pub(crate) fn admit_fence(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
@@ -206,7 +206,7 @@ pub(super) fn admit_fence(
 }
 
 /// Writes the sandbox's tombstone unless it has one. Call with the lock held.
-pub(super) fn write_tombstone(
+pub(crate) fn write_tombstone(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
@@ -221,14 +221,14 @@ pub(super) fn write_tombstone(
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock before it).
-pub(super) fn unix_ms(time: SystemTime) -> u64 {
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| {
         u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
     })
 }
 
 /// The identity of the driver directory, created (race-free) if it has none.
-pub(super) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
+pub(crate) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
     fs::create_dir_all(driver_dir)?;
     let path = driver_dir.join(DRIVER_ID_FILE);
     if read_record::<DriverIdentityRecord>(&path)?.is_none() {
@@ -242,7 +242,7 @@ pub(super) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
 }
 
 /// The identity of the driver directory; an error if it has none.
-pub(super) fn read_identity(driver_dir: &Path) -> io::Result<String> {
+pub(crate) fn read_identity(driver_dir: &Path) -> io::Result<String> {
     let path = driver_dir.join(DRIVER_ID_FILE);
     let record: DriverIdentityRecord = read_record(&path)?.ok_or_else(|| {
         io::Error::new(
