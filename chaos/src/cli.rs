@@ -150,7 +150,9 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         return 2;
     }
     if args.driver == ChaosDriver::Docker && args.mode != ModeArg::Process {
-        eprintln!("error: --driver docker needs --mode process (the in-process mode models one host in memory)");
+        eprintln!(
+            "error: --driver docker needs --mode process (the in-process mode models one host in memory)"
+        );
         return 2;
     }
     let mode = match args.mode {

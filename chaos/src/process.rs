@@ -51,8 +51,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::ChaosError;
 use crate::campaign::{
-    CONVERGE_WAIT_MAX, CampaignConfig, Counters, DockerTarget, FIRST_LEADER_WAIT_MAX, Report, SETTLE_WAIT_MAX,
-    report,
+    CONVERGE_WAIT_MAX, CampaignConfig, Counters, DockerTarget, FIRST_LEADER_WAIT_MAX, Report,
+    SETTLE_WAIT_MAX, report,
 };
 use crate::checker::{self, Evidence, FinalSandbox, ReplicaState};
 use crate::clock::Clock;
@@ -93,7 +93,12 @@ impl Processes {
         docker: Option<&DockerTarget>,
     ) -> Result<Self, ChaosError> {
         let mut driver: Vec<String> = match (&fault_plan, docker) {
-            (Some(plan), None) => vec!["--driver".into(), "fault".into(), "--fault-plan".into(), plan.clone()],
+            (Some(plan), None) => vec![
+                "--driver".into(),
+                "fault".into(),
+                "--fault-plan".into(),
+                plan.clone(),
+            ],
             (Some(plan), Some(_)) => vec![
                 "--driver".into(),
                 "fault".into(),
@@ -106,7 +111,10 @@ impl Processes {
             (None, Some(_)) => vec!["--driver".into(), "docker".into()],
         };
         if let Some(docker) = docker {
-            driver.extend(["--docker-default-image".into(), docker.default_image.clone()]);
+            driver.extend([
+                "--docker-default-image".into(),
+                docker.default_image.clone(),
+            ]);
             if let Some(host) = &docker.host {
                 driver.extend(["--docker-host".into(), host.clone()]);
             }
@@ -459,7 +467,12 @@ pub async fn run_campaign(
         .nemeses
         .contains(&NemesisKind::Driver)
         .then(|| DRIVER_FAULT_PLAN.replace("SEED", &config.seed.to_string()));
-    let processes = Arc::new(Processes::start(config.replicas, palisade, fault_plan, docker)?);
+    let processes = Arc::new(Processes::start(
+        config.replicas,
+        palisade,
+        fault_plan,
+        docker,
+    )?);
     let result = drive(config, &processes, &history).await;
     // Clean up whatever happened: gateways, then every execution they left
     // (listed first: what still runs is evidence; then killed by pid, the
@@ -467,15 +480,15 @@ pub async fn run_campaign(
     processes.kill_all();
     let executions = match docker {
         None => {
-            let executions = match ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf())
-            {
-                Ok(driver) => tokio::time::timeout(Duration::from_secs(10), driver.list())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .unwrap_or_default(),
-                Err(_) => Vec::new(),
-            };
+            let executions =
+                match ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf()) {
+                    Ok(driver) => tokio::time::timeout(Duration::from_secs(10), driver.list())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                };
             palisade_testkit::processes::kill_executions(&processes.driver_dir());
             executions
         }

@@ -78,6 +78,7 @@ pub struct RunArgs {
     /// one, on the same host (default: DATA_DIR/../executions).
     #[arg(long)]
     pub driver_dir: Option<PathBuf>,
+    /// The Docker driver's flags (`--docker-*`).
     #[command(flatten)]
     pub docker: DockerArgs,
     /// Leader heartbeat interval, milliseconds.
@@ -294,9 +295,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let process = || -> anyhow::Result<Arc<dyn ComputeDriver>> {
         let shim_program =
             std::env::current_exe().context("cannot find the palisade executable")?;
-        std::fs::create_dir_all(&driver_dir).with_context(|| {
-            format!("cannot create driver directory {}", driver_dir.display())
-        })?;
+        std::fs::create_dir_all(&driver_dir)
+            .with_context(|| format!("cannot create driver directory {}", driver_dir.display()))?;
         Ok(Arc::new(
             ProcessDriver::new(driver_dir.clone(), shim_program)
                 .with_context(|| {

@@ -38,6 +38,7 @@ pub struct UpArgs {
     /// shims) or `docker` (containers on the engine --docker-host names).
     #[arg(long, value_enum, default_value_t = DriverKind::Process)]
     pub driver: DriverKind,
+    /// The Docker driver's flags (`--docker-*`).
     #[command(flatten)]
     pub docker: DockerArgs,
 }
@@ -63,7 +64,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     // Sandboxes outlive `up`: the next `up` re-adopts them.
     spec.kill_executions_on_drop = false;
     if args.driver == DriverKind::Fault {
-        bail!("`up` runs the process, docker or noop driver; --driver fault needs a fault plan (use `gateway run`)");
+        bail!(
+            "`up` runs the process, docker or noop driver; --driver fault needs a fault plan (use `gateway run`)"
+        );
     }
     spec.gateway_args = vec![
         "--stop-grace-seconds".to_string(),

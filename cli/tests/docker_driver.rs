@@ -91,7 +91,9 @@ fn field<'a>(value: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_get_stop_start_delete_run_containers_with_the_spec() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     let (cluster, _containers) = docker_cluster(&engine, &engine.host, &[]);
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),
@@ -104,8 +106,21 @@ async fn create_get_stop_start_delete_run_containers_with_the_spec() {
     let created = cli_json_async(
         &endpoints,
         &[
-            "sandbox", "create", "web", "--image", &engine.image, "--cpus", "0.5", "--memory",
-            "64m", "--workdir", "/tmp", "--", "sh", "-c", "pwd > here; exec sleep 1000",
+            "sandbox",
+            "create",
+            "web",
+            "--image",
+            &engine.image,
+            "--cpus",
+            "0.5",
+            "--memory",
+            "64m",
+            "--workdir",
+            "/tmp",
+            "--",
+            "sh",
+            "-c",
+            "pwd > here; exec sleep 1000",
         ],
     )
     .await;
@@ -124,7 +139,16 @@ async fn create_get_stop_start_delete_run_containers_with_the_spec() {
     ]);
     assert_eq!(
         inspect.split_whitespace().collect::<Vec<_>>(),
-        ["running", "500000000", "67108864", "/tmp", "none", "true", id.as_str(), "1"],
+        [
+            "running",
+            "500000000",
+            "67108864",
+            "/tmp",
+            "none",
+            "true",
+            id.as_str(),
+            "1"
+        ],
         "{inspect}"
     );
     // The command runs in the working directory inside the image.
@@ -166,7 +190,9 @@ async fn create_get_stop_start_delete_run_containers_with_the_spec() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_mid_create_leaves_one_container_per_generation() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     let (mut cluster, _containers) = docker_cluster(&engine, &engine.host, &[]);
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),
@@ -181,7 +207,16 @@ async fn a_leader_killed_mid_create_leaves_one_container_per_generation() {
             tokio::spawn(async move {
                 cli_async(
                     &endpoints,
-                    &["-o", "json", "sandbox", "create", &format!("kill-{index}"), "--", "sleep", "1000"],
+                    &[
+                        "-o",
+                        "json",
+                        "sandbox",
+                        "create",
+                        &format!("kill-{index}"),
+                        "--",
+                        "sleep",
+                        "1000",
+                    ],
                 )
                 .await
             })
@@ -196,7 +231,10 @@ async fn a_leader_killed_mid_create_leaves_one_container_per_generation() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.replica_mut(leader).kill();
-    cluster.replica_mut(leader).start().expect("restart the old leader");
+    cluster
+        .replica_mut(leader)
+        .start()
+        .expect("restart the old leader");
     let mut ids = Vec::new();
     for create in creates {
         let output = create.await.expect("the create task");
@@ -215,12 +253,18 @@ async fn a_leader_killed_mid_create_leaves_one_container_per_generation() {
         let name = engine.docker(&["inspect", &containers[0], "--format", "{{.Name}}"]);
         assert_eq!(name.trim(), format!("/palisade-{id}-1"));
     }
-    assert_eq!(engine.containers(&label).len(), ids.len(), "nothing else was made");
+    assert_eq!(
+        engine.containers(&label).len(),
+        ids.len(),
+        "nothing else was made"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_by_expected_id_leaves_the_replacements_container_running() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     let (cluster, _containers) = docker_cluster(&engine, &engine.host, &[]);
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),
@@ -229,11 +273,19 @@ async fn delete_by_expected_id_leaves_the_replacements_container_running() {
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
-    let first = cli_json_async(&endpoints, &["sandbox", "create", "x", "--", "sleep", "1000"]).await;
+    let first = cli_json_async(
+        &endpoints,
+        &["sandbox", "create", "x", "--", "sleep", "1000"],
+    )
+    .await;
     let first_id = field(&first, "id").as_str().expect("id").to_owned();
     let deleted = cli_async(&endpoints, &["sandbox", "delete", "--id", &first_id]).await;
     assert!(deleted.status.success(), "{deleted:?}");
-    let second = cli_json_async(&endpoints, &["sandbox", "create", "x", "--", "sleep", "1000"]).await;
+    let second = cli_json_async(
+        &endpoints,
+        &["sandbox", "create", "x", "--", "sleep", "1000"],
+    )
+    .await;
     let second_id = field(&second, "id").as_str().expect("id").to_owned();
 
     let refused = cli_async(
@@ -255,11 +307,18 @@ async fn delete_by_expected_id_leaves_the_replacements_container_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_started_behind_palisades_back_is_reaped() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     let (cluster, _containers) = docker_cluster(
         &engine,
         &engine.host,
-        &["--reconcile-interval-seconds", "1", "--orphan-grace-seconds", "1"],
+        &[
+            "--reconcile-interval-seconds",
+            "1",
+            "--orphan-grace-seconds",
+            "1",
+        ],
     );
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),
@@ -268,7 +327,11 @@ async fn a_container_started_behind_palisades_back_is_reaped() {
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
-    let kept = cli_json_async(&endpoints, &["sandbox", "create", "kept", "--", "sleep", "1000"]).await;
+    let kept = cli_json_async(
+        &endpoints,
+        &["sandbox", "create", "kept", "--", "sleep", "1000"],
+    )
+    .await;
     let kept_id = field(&kept, "id").as_str().expect("id").to_owned();
     let cluster_id = engine.docker(&[
         "inspect",
@@ -280,26 +343,44 @@ async fn a_container_started_behind_palisades_back_is_reaped() {
     let ghost = "ghost-0000";
     let label = driver_label(&cluster.driver_dir);
     engine.docker(&[
-        "run", "-d", "--init", "--network", "none",
-        "--name", &format!("palisade-{ghost}-1"),
-        "--label", &label,
-        "--label", &format!("dev.palisade.cluster-id={}", cluster_id.trim()),
-        "--label", &sandbox_label(ghost),
-        "--label", "dev.palisade.generation=1",
-        "--label", "dev.palisade.fence=0.0",
-        &engine.image, "sleep", "1000",
+        "run",
+        "-d",
+        "--init",
+        "--network",
+        "none",
+        "--name",
+        &format!("palisade-{ghost}-1"),
+        "--label",
+        &label,
+        "--label",
+        &format!("dev.palisade.cluster-id={}", cluster_id.trim()),
+        "--label",
+        &sandbox_label(ghost),
+        "--label",
+        "dev.palisade.generation=1",
+        "--label",
+        "dev.palisade.fence=0.0",
+        &engine.image,
+        "sleep",
+        "1000",
     ]);
     let ghost_label = sandbox_label(ghost);
     eventually_async("the reconciler removes the ghost container", || {
         engine.containers(&ghost_label).is_empty()
     })
     .await;
-    assert_eq!(engine.running(&sandbox_label(&kept_id)).len(), 1, "the real one runs on");
+    assert_eq!(
+        engine.running(&sandbox_label(&kept_id)).len(),
+        1,
+        "the real one runs on"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_that_stops_answering_loses_nothing_and_work_resumes() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     let proxy = UnixProxy::start(&engine.socket_path());
     let (cluster, _containers) = docker_cluster(&engine, &proxy.host(), &[]);
     let _logs = KeepLogsOnFailure {
@@ -309,7 +390,11 @@ async fn an_engine_that_stops_answering_loses_nothing_and_work_resumes() {
     let all = cluster.node_ids();
     cluster.wait_for_leader(&all).await;
     let endpoints = cluster.cli_endpoints(&all);
-    let created = cli_json_async(&endpoints, &["sandbox", "create", "d", "--", "sleep", "1000"]).await;
+    let created = cli_json_async(
+        &endpoints,
+        &["sandbox", "create", "d", "--", "sleep", "1000"],
+    )
+    .await;
     let id = field(&created, "id").as_str().expect("id").to_owned();
 
     // Down: the executor's inspections and the stop below are all uncertain.
@@ -359,8 +444,15 @@ async fn the_process_driver_refuses_an_image_and_limits() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{flags:?}: {stderr}");
         assert!(stderr.contains(reason), "{flags:?}: {stderr}");
-        assert!(stderr.contains("--driver docker"), "{flags:?} says what to do: {stderr}");
+        assert!(
+            stderr.contains("--driver docker"),
+            "{flags:?} says what to do: {stderr}"
+        );
     }
     let listed = cli_json_async(&endpoints, &["sandbox", "list"]).await;
-    assert_eq!(listed.as_array().map(Vec::len), Some(0), "nothing was created: {listed}");
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(0),
+        "nothing was created: {listed}"
+    );
 }

@@ -55,7 +55,10 @@ impl Harness {
         let root = tempfile::tempdir().expect("temporary directory");
         let (driver, engine): (Arc<dyn ComputeDriver>, _) = match kind {
             Kind::Process => (
-                Arc::new(process_driver(&root.path().join("driver"), Duration::from_secs(10))),
+                Arc::new(process_driver(
+                    &root.path().join("driver"),
+                    Duration::from_secs(10),
+                )),
                 None,
             ),
             Kind::Docker => {
@@ -108,7 +111,10 @@ impl Harness {
         }
     }
 
-    async fn launch(&self, spec: &LaunchSpec) -> Result<palisade_driver::ExecutionHandle, DriverError> {
+    async fn launch(
+        &self,
+        spec: &LaunchSpec,
+    ) -> Result<palisade_driver::ExecutionHandle, DriverError> {
         self.driver
             .launch(spec, &self.fence(&spec.sandbox_id, spec.generation))
             .await
@@ -123,7 +129,10 @@ impl Harness {
                 Ok(ExecutionStatus::Running { .. }) => {}
                 other => panic!("{:?}: {sandbox_id}/{generation} reads {other:?}", self.kind),
             }
-            assert!(Instant::now() < deadline, "{sandbox_id}/{generation} never exited");
+            assert!(
+                Instant::now() < deadline,
+                "{sandbox_id}/{generation} never exited"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -164,12 +173,15 @@ impl Drop for Harness {
 }
 
 fn process_driver(dir: &std::path::Path, lock_timeout: Duration) -> ProcessDriver {
-    ProcessDriver::new(dir.to_path_buf(), PathBuf::from(env!("CARGO_BIN_EXE_palisade")))
-        .expect("driver directory")
-        .with_timeouts(ProcessDriverTimeouts {
-            lock_timeout,
-            ..ProcessDriverTimeouts::default()
-        })
+    ProcessDriver::new(
+        dir.to_path_buf(),
+        PathBuf::from(env!("CARGO_BIN_EXE_palisade")),
+    )
+    .expect("driver directory")
+    .with_timeouts(ProcessDriverTimeouts {
+        lock_timeout,
+        ..ProcessDriverTimeouts::default()
+    })
 }
 
 fn docker_driver(
@@ -238,7 +250,10 @@ async fn launch_is_idempotent_per_generation(harness: &Harness) {
     );
     let first = first.expect("first launch");
     assert_eq!(second.expect("second launch"), first);
-    assert_eq!(harness.driver.launch(&spec, &fence).await.expect("again"), first);
+    assert_eq!(
+        harness.driver.launch(&spec, &fence).await.expect("again"),
+        first
+    );
     assert_eq!(
         harness.driver.inspect(&sandbox, 1).await.expect("inspect"),
         ExecutionStatus::Running {
@@ -250,7 +265,10 @@ async fn launch_is_idempotent_per_generation(harness: &Harness) {
     let ended = harness.spec(&sandbox, 2, &["sh", "-c", "exit 3"]);
     let handle = harness.launch(&ended).await.expect("launch 2");
     assert_eq!(harness.exit_code(&sandbox, 2).await, 3);
-    assert_eq!(harness.launch(&ended).await.expect("launch 2 again"), handle);
+    assert_eq!(
+        harness.launch(&ended).await.expect("launch 2 again"),
+        handle
+    );
     assert_eq!(harness.exit_code(&sandbox, 2).await, 3);
     assert_eq!(harness.executions_of(&sandbox), 2);
     harness.remove(&sandbox).await;
@@ -265,7 +283,12 @@ async fn stop_is_sigterm_then_sigkill_and_inspect_keeps_the_exit(harness: &Harne
         .expect("launch");
     harness
         .driver
-        .stop(&sandbox, 1, Duration::from_secs(10), &harness.fence(&sandbox, 1))
+        .stop(
+            &sandbox,
+            1,
+            Duration::from_secs(10),
+            &harness.fence(&sandbox, 1),
+        )
         .await
         .expect("stop");
     assert_eq!(
@@ -285,27 +308,53 @@ async fn stop_is_sigterm_then_sigkill_and_inspect_keeps_the_exit(harness: &Harne
     let started = Instant::now();
     harness
         .driver
-        .stop(&sandbox, 2, Duration::from_secs(1), &harness.fence(&sandbox, 2))
+        .stop(
+            &sandbox,
+            2,
+            Duration::from_secs(1),
+            &harness.fence(&sandbox, 2),
+        )
         .await
         .expect("stop 2");
-    assert!(started.elapsed() >= Duration::from_millis(900), "the grace was given");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the grace was given"
+    );
     assert_eq!(
-        harness.driver.inspect(&sandbox, 2).await.expect("inspect 2"),
+        harness
+            .driver
+            .inspect(&sandbox, 2)
+            .await
+            .expect("inspect 2"),
         ExecutionStatus::Exited { code: 137 }
     );
     // Stopping again, or stopping what never ran, succeeds and changes nothing.
     harness
         .driver
-        .stop(&sandbox, 2, Duration::from_secs(1), &harness.fence(&sandbox, 2))
+        .stop(
+            &sandbox,
+            2,
+            Duration::from_secs(1),
+            &harness.fence(&sandbox, 2),
+        )
         .await
         .expect("stop 2 again");
     harness
         .driver
-        .stop(&sandbox, 9, Duration::from_secs(1), &harness.fence(&sandbox, 9))
+        .stop(
+            &sandbox,
+            9,
+            Duration::from_secs(1),
+            &harness.fence(&sandbox, 9),
+        )
         .await
         .expect("stop of nothing");
     assert_eq!(
-        harness.driver.inspect(&sandbox, 1).await.expect("inspect 1"),
+        harness
+            .driver
+            .inspect(&sandbox, 1)
+            .await
+            .expect("inspect 1"),
         ExecutionStatus::Exited { code: 143 }
     );
     harness.remove(&sandbox).await;
@@ -368,7 +417,10 @@ async fn remove_confirms_absence_and_list_shows_executions(harness: &Harness) {
     harness.remove(&a).await;
     harness.remove(&harness.sandbox("never")).await;
     let listed = harness.driver.list().await.expect("list");
-    assert_eq!(listed, vec![(b.clone(), 4, ExecutionStatus::Exited { code: 5 })]);
+    assert_eq!(
+        listed,
+        vec![(b.clone(), 4, ExecutionStatus::Exited { code: 5 })]
+    );
     harness.remove(&b).await;
     assert_eq!(harness.driver.list().await.expect("list"), Vec::new());
 }
@@ -397,7 +449,10 @@ async fn a_lower_fence_is_refused_with_no_effect(harness: &Harness) {
     assert!(error.is_fenced(), "{error}");
     let error = harness
         .driver
-        .launch(&harness.spec(&sandbox, 2, &["sleep", "1000"]), &fence(5, 2, 49))
+        .launch(
+            &harness.spec(&sandbox, 2, &["sleep", "1000"]),
+            &fence(5, 2, 49),
+        )
         .await
         .expect_err("an earlier operation");
     assert!(error.is_fenced(), "{error}");
@@ -421,7 +476,11 @@ async fn a_lower_fence_is_refused_with_no_effect(harness: &Harness) {
         ExecutionStatus::Running { .. }
     ));
     assert_eq!(
-        harness.driver.inspect(&sandbox, 2).await.expect("inspect 2"),
+        harness
+            .driver
+            .inspect(&sandbox, 2)
+            .await
+            .expect("inspect 2"),
         ExecutionStatus::Absent
     );
     assert_eq!(harness.executions_of(&sandbox), 1);
@@ -476,8 +535,9 @@ async fn an_unavailable_authority_is_uncertain_never_absent_and_work_resumes(har
         Kind::Process => {
             // A gateway stuck while holding the sandbox's lock: every fenced call of
             // another gateway is uncertain, never refused or done half.
-            let stuck = std::fs::File::open(harness.driver_dir().join(&sandbox).join("sandbox.lock"))
-                .expect("the lock file");
+            let stuck =
+                std::fs::File::open(harness.driver_dir().join(&sandbox).join("sandbox.lock"))
+                    .expect("the lock file");
             // SAFETY: flock on a descriptor we own.
             assert_eq!(unsafe { libc::flock(stuck.as_raw_fd(), libc::LOCK_EX) }, 0);
             let other = process_driver(&harness.driver_dir(), Duration::from_millis(300));
@@ -489,20 +549,33 @@ async fn an_unavailable_authority_is_uncertain_never_absent_and_work_resumes(har
             };
             uncertain(
                 other
-                    .launch(&harness.spec(&sandbox, 2, &["sleep", "1"]), &harness.fence(&sandbox, 2))
+                    .launch(
+                        &harness.spec(&sandbox, 2, &["sleep", "1"]),
+                        &harness.fence(&sandbox, 2),
+                    )
                     .await
                     .map(drop),
                 "launch",
             );
             uncertain(
-                other.stop(&sandbox, 1, Duration::ZERO, &harness.fence(&sandbox, 1)).await,
+                other
+                    .stop(&sandbox, 1, Duration::ZERO, &harness.fence(&sandbox, 1))
+                    .await,
                 "stop",
             );
-            uncertain(other.remove(&sandbox, &harness.fence(&sandbox, 1)).await, "remove");
+            uncertain(
+                other.remove(&sandbox, &harness.fence(&sandbox, 1)).await,
+                "remove",
+            );
             drop(stuck);
             // Back: the same driver's calls go through.
             other
-                .stop(&sandbox, 1, Duration::from_secs(5), &harness.fence(&sandbox, 1))
+                .stop(
+                    &sandbox,
+                    1,
+                    Duration::from_secs(5),
+                    &harness.fence(&sandbox, 1),
+                )
                 .await
                 .expect("stop once the lock is free");
         }
@@ -517,7 +590,10 @@ async fn an_unavailable_authority_is_uncertain_never_absent_and_work_resumes(har
                 Duration::from_secs(2),
             );
             assert_eq!(
-                through.inspect(&sandbox, 1).await.expect("inspect through the proxy"),
+                through
+                    .inspect(&sandbox, 1)
+                    .await
+                    .expect("inspect through the proxy"),
                 ExecutionStatus::Running {
                     handle: handle.clone()
                 }
@@ -547,7 +623,10 @@ async fn an_unavailable_authority_is_uncertain_never_absent_and_work_resumes(har
                             .stop(&sandbox, 1, Duration::ZERO, &harness.fence(&sandbox, 1))
                             .await,
                     ),
-                    ("remove", through.remove(&sandbox, &harness.fence(&sandbox, 1)).await),
+                    (
+                        "remove",
+                        through.remove(&sandbox, &harness.fence(&sandbox, 1)).await,
+                    ),
                 ];
                 for (what, result) in results {
                     assert!(

@@ -135,7 +135,9 @@ async fn a_paused_leaders_held_launch_starts_nothing_after_the_delete() {
 /// deposed leader's container, not only a shim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_leaders_held_launch_starts_no_container_after_the_delete() {
-    let Some(engine) = TestEngine::from_env() else { return };
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
     paused_leaders_held_launch(Compute::Docker(engine), "6103").await;
 }
 
@@ -144,8 +146,10 @@ async fn paused_leaders_held_launch(compute: Compute, marker: &str) {
     let extra = compute.gateway_args();
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let mut spec = ClusterSpec::new(palisade(), 3).gateway_args(with_default_stop_grace(&extra));
-    spec.env
-        .push((GATE_DIR_ENV.to_string(), gate_dir.path().display().to_string()));
+    spec.env.push((
+        GATE_DIR_ENV.to_string(),
+        gate_dir.path().display().to_string(),
+    ));
     let mut cluster = Cluster::start_spec(spec);
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),

@@ -126,7 +126,11 @@ pub fn spec_from_proto(spec: Option<v1::SandboxSpec>) -> Option<core::SandboxSpe
     {
         let millis = (spec.cpus * 1000.0).round() as u64;
         // A positive request below a thousandth must not read as "no limit".
-        if millis == 0 && spec.cpus > 0.0 { u64::MAX } else { millis }
+        if millis == 0 && spec.cpus > 0.0 {
+            u64::MAX
+        } else {
+            millis
+        }
     } else {
         u64::MAX
     };

@@ -216,9 +216,7 @@ pub fn spec(spec: &SandboxSpec) -> Result<(), InvalidInput> {
     {
         return Err(invalid(
             "spec.memory_bytes",
-            format!(
-                "must be 0 (no limit) or {MEMORY_BYTES_MIN} to {MEMORY_BYTES_MAX} bytes"
-            ),
+            format!("must be 0 (no limit) or {MEMORY_BYTES_MIN} to {MEMORY_BYTES_MAX} bytes"),
         ));
     }
     if !spec.workdir.is_empty()

@@ -727,7 +727,11 @@ fn parse_memory(text: &str) -> Result<u64, String> {
         "m" => 20,
         "g" => 30,
         "t" => 40,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use k, m, g or t)")),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use k, m, g or t)"
+            ));
+        }
     };
     number
         .checked_mul(1u64 << shift)

@@ -32,8 +32,12 @@ impl TestEngine {
     /// The engine the environment names; `None` (with a note on stderr) when
     /// there is none and none is required; a panic saying why when required.
     pub fn from_env() -> Option<TestEngine> {
-        let host = std::env::var(HOST_VARIABLE).ok().filter(|host| !host.is_empty());
-        let image = std::env::var(IMAGE_VARIABLE).ok().filter(|image| !image.is_empty());
+        let host = std::env::var(HOST_VARIABLE)
+            .ok()
+            .filter(|host| !host.is_empty());
+        let image = std::env::var(IMAGE_VARIABLE)
+            .ok()
+            .filter(|image| !image.is_empty());
         match (host, image) {
             (Some(host), Some(image)) => Some(TestEngine { host, image }),
             _ => {
@@ -75,25 +79,44 @@ impl TestEngine {
 
     /// Ids of every container (any state) carrying `label` (`KEY=VALUE`).
     pub fn containers(&self, label: &str) -> Vec<String> {
-        self.docker(&["ps", "-aq", "--no-trunc", "--filter", &format!("label={label}")])
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        self.docker(&[
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Ids of the running containers carrying `label`.
     pub fn running(&self, label: &str) -> Vec<String> {
-        self.docker(&["ps", "-q", "--no-trunc", "--filter", &format!("label={label}")])
-            .lines()
-            .map(str::to_owned)
-            .collect()
+        self.docker(&[
+            "ps",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Force-removes every container carrying `label` (test cleanup; errors
     /// ignored).
     pub fn remove_labelled(&self, label: &str) {
         let Ok(output) = Command::new("docker")
-            .args(["-H", &self.host, "ps", "-aq", "--filter", &format!("label={label}")])
+            .args([
+                "-H",
+                &self.host,
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label={label}"),
+            ])
             .stdin(Stdio::null())
             .output()
         else {
@@ -136,7 +159,8 @@ impl UnixProxy {
         let listener = UnixListener::bind(dir.path().join("proxy.sock")).expect("bind the proxy");
         let mode = Arc::new(AtomicU8::new(PASS));
         let open = Arc::new(Mutex::new(Vec::new()));
-        let (thread_mode, thread_open, upstream) = (mode.clone(), open.clone(), upstream.to_path_buf());
+        let (thread_mode, thread_open, upstream) =
+            (mode.clone(), open.clone(), upstream.to_path_buf());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -186,7 +210,11 @@ impl UnixProxy {
     }
 }
 
-fn forward(client: UnixStream, upstream: &Path, open: &Arc<Mutex<Vec<UnixStream>>>) -> io::Result<()> {
+fn forward(
+    client: UnixStream,
+    upstream: &Path,
+    open: &Arc<Mutex<Vec<UnixStream>>>,
+) -> io::Result<()> {
     let server = UnixStream::connect(upstream)?;
     {
         let mut open = open.lock().expect("lock");

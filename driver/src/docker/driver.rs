@@ -13,21 +13,21 @@ use bollard::models::{
     ContainerSummaryStateEnum, HostConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions,
-    RemoveContainerOptions, StopContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StopContainerOptions,
 };
 use bollard::{ClientVersion, Docker};
 
 use crate::process::driver::{blocking, io_uncertain, validate_fence, validate_spec_fields};
 use crate::process::fencing::{
-    SandboxLock, admit_fence, load_or_create_identity, lock_sandbox, read_fence,
-    read_tombstone, unix_ms, write_tombstone,
+    SandboxLock, admit_fence, load_or_create_identity, lock_sandbox, read_fence, read_tombstone,
+    unix_ms, write_tombstone,
 };
 use crate::process::records::create_record;
 use crate::process::{SANDBOX_LOCK_TIMEOUT, TOMBSTONE_RETENTION_DEFAULT};
 use crate::{
-    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity,
-    ExecutionStatus, Fence, LaunchSpec,
+    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
+    Fence, LaunchSpec,
 };
 
 use super::*;
@@ -361,7 +361,11 @@ impl DockerDriver {
     }
 
     /// The container of one execution; `None` when the engine says it does not exist.
-    async fn find(&self, sandbox_id: &str, generation: u64) -> Result<Option<Container>, DriverError> {
+    async fn find(
+        &self,
+        sandbox_id: &str,
+        generation: u64,
+    ) -> Result<Option<Container>, DriverError> {
         let name = container_name(sandbox_id, generation);
         let action = format!("inspecting container {name}");
         match self
@@ -614,7 +618,12 @@ impl DockerDriver {
             return Ok(());
         };
         self.ensure_ours(&name, &container)?;
-        if container.never_started() || !matches!(container.status(generation), ExecutionStatus::Running { .. }) {
+        if container.never_started()
+            || !matches!(
+                container.status(generation),
+                ExecutionStatus::Running { .. }
+            )
+        {
             return Ok(());
         }
         // SIGTERM, the grace, SIGKILL: the engine's stop (`docker stop -t`), which
@@ -749,22 +758,26 @@ impl DockerDriver {
             };
             use ContainerSummaryStateEnum as State;
             let status = match summary.state {
-                Some(State::RUNNING | State::PAUSED | State::RESTARTING | State::STOPPING | State::REMOVING) => {
-                    ExecutionStatus::Running {
-                        handle: ExecutionHandle {
-                            generation,
-                            identity: ExecutionIdentity::Opaque {
-                                id: summary
-                                    .id
-                                    .clone()
-                                    .unwrap_or_default()
-                                    .chars()
-                                    .take(12)
-                                    .collect(),
-                            },
+                Some(
+                    State::RUNNING
+                    | State::PAUSED
+                    | State::RESTARTING
+                    | State::STOPPING
+                    | State::REMOVING,
+                ) => ExecutionStatus::Running {
+                    handle: ExecutionHandle {
+                        generation,
+                        identity: ExecutionIdentity::Opaque {
+                            id: summary
+                                .id
+                                .clone()
+                                .unwrap_or_default()
+                                .chars()
+                                .take(12)
+                                .collect(),
                         },
-                    }
-                }
+                    },
+                },
                 // The summary has no exit code: ask for the container.
                 _ => match self.find(sandbox_id, generation).await? {
                     Some(container) => container.status(generation),

@@ -210,8 +210,16 @@ fn container_fields_supported(
     let asked = [
         ("spec.image", !spec.image.is_empty(), "an image"),
         ("spec.cpus", spec.cpu_millis != 0, "a CPU limit"),
-        ("spec.memory_bytes", spec.memory_bytes != 0, "a memory limit"),
-        ("spec.workdir", !spec.workdir.is_empty(), "a working directory"),
+        (
+            "spec.memory_bytes",
+            spec.memory_bytes != 0,
+            "a memory limit",
+        ),
+        (
+            "spec.workdir",
+            !spec.workdir.is_empty(),
+            "a working directory",
+        ),
     ];
     match asked.iter().find(|(_, set, _)| *set) {
         None => Ok(()),
