@@ -157,6 +157,10 @@ async fn create_get_stop_start_delete_run_containers_with_the_spec() {
 
     let got = cli_json_async(&endpoints, &["sandbox", "get", "web"]).await;
     assert_eq!(field(&got, "phase"), "READY");
+    assert_eq!(field(&got, "image"), engine.image.as_str(), "{got}");
+    assert_eq!(field(&got, "cpus"), 0.5, "{got}");
+    assert_eq!(field(&got, "memory_bytes"), 64 << 20, "{got}");
+    assert_eq!(field(&got, "workdir"), "/tmp", "{got}");
     assert!(
         got.to_string().contains("id="),
         "the handle names the container: {got}"

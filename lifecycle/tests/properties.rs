@@ -58,7 +58,7 @@ fn command() -> impl Strategy<Value = Command> {
                     name: NAMES[n].into(),
                     spec: SandboxSpec {
                         restart_policy,
-                        ..SandboxSpec::default()..Default::default()
+                        ..SandboxSpec::default()
                     },
                     labels: BTreeMap::new(),
                     annotations: BTreeMap::new(),
