@@ -44,7 +44,20 @@ pub enum Mode {
     Processes {
         /// The `palisade` binary.
         palisade: PathBuf,
+        /// Run the replicas with `--driver docker` on this engine (`None`:
+        /// the process driver).
+        docker: Option<DockerTarget>,
     },
+}
+
+/// The Docker Engine a process-mode campaign's replicas drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerTarget {
+    /// `--docker-host` of every replica (`None`: DOCKER_HOST, else the
+    /// local socket).
+    pub host: Option<String>,
+    /// `--docker-default-image` of every replica (the workload names no image).
+    pub default_image: String,
 }
 
 /// What a campaign runs.
@@ -249,7 +262,9 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
     }
     match &config.mode {
         Mode::InProcess => run_in_process(config).await,
-        Mode::Processes { palisade } => crate::process::run_campaign(config, palisade).await,
+        Mode::Processes { palisade, docker } => {
+            crate::process::run_campaign(config, palisade, docker.as_ref()).await
+        }
     }
 }
 

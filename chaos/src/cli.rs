@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::campaign::{CampaignConfig, Mode, Report, run_campaign};
+use crate::campaign::{CampaignConfig, DockerTarget, Mode, Report, run_campaign};
 use crate::nemesis::NemesisKind;
 
 /// Where the replicas run.
@@ -57,6 +57,19 @@ pub struct RunArgs {
     /// Where the replicas run.
     #[arg(long, value_enum, default_value_t = ModeArg::InProcess)]
     pub mode: ModeArg,
+    /// Compute driver of the replicas in `--mode process`: `process` (shims)
+    /// or `docker` (containers on --docker-host; `--nemesis driver` then
+    /// injects its faults into the Docker driver).
+    #[arg(long, value_enum, default_value_t = ChaosDriver::Process)]
+    pub driver: ChaosDriver,
+    /// With `--driver docker`: the engine (default: DOCKER_HOST, else the
+    /// local socket).
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
+    /// With `--driver docker`: the image sandboxes run (it must be on the
+    /// engine; nothing is pulled).
+    #[arg(long, default_value = "busybox:latest")]
+    pub docker_default_image: String,
     /// The `palisade` binary for `--mode process` (default: the running
     /// `palisade` itself).
     #[arg(long)]
@@ -77,6 +90,15 @@ pub struct RunArgs {
     /// driver-fence-off.
     #[arg(long)]
     pub plant: Vec<String>,
+}
+
+/// The drivers a process-mode campaign can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChaosDriver {
+    /// The process driver (shims).
+    Process,
+    /// The Docker driver.
+    Docker,
 }
 
 /// Turns on the planted bugs named (a build with the feature only).
@@ -127,10 +149,22 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         eprintln!("error: {message}");
         return 2;
     }
+    if args.driver == ChaosDriver::Docker && args.mode != ModeArg::Process {
+        eprintln!(
+            "error: --driver docker needs --mode process (the in-process mode models one host in memory)"
+        );
+        return 2;
+    }
     let mode = match args.mode {
         ModeArg::InProcess => Mode::InProcess,
         ModeArg::Process => match args.palisade.clone().or_else(palisade_is_me) {
-            Some(palisade) => Mode::Processes { palisade },
+            Some(palisade) => Mode::Processes {
+                palisade,
+                docker: (args.driver == ChaosDriver::Docker).then(|| DockerTarget {
+                    host: args.docker_host.clone(),
+                    default_image: args.docker_default_image.clone(),
+                }),
+            },
             None => {
                 eprintln!(
                     "error: --mode process needs the palisade binary: run it as `palisade chaos run` or pass --palisade PATH"

@@ -580,6 +580,7 @@ mod tests {
             generation,
             command: Vec::new(),
             env: Default::default(),
+            ..Default::default()
         }
     }
 

@@ -22,7 +22,12 @@
 //!
 //! The checks are those of the in-process mode except the ones that need
 //! the driver's effect log (counting effects); orphan executions are
-//! checked against the process driver's own listing of its directory.
+//! checked against the driver's own listing (of its directory, or of the
+//! engine's containers).
+//!
+//! With `--driver docker` the replicas run the Docker driver on the engine
+//! given (`--nemesis driver` then wraps it in the fault driver), and the
+//! harness force-removes the containers of the run at the end.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -30,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use palisade_driver::docker::{DockerConfig, DockerDriver, DockerTimeouts};
 use palisade_driver::process::ProcessDriver;
 use palisade_driver::{ComputeDriver, ExecutionStatus};
 use palisade_proto::v1;
@@ -45,8 +51,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::ChaosError;
 use crate::campaign::{
-    CONVERGE_WAIT_MAX, CampaignConfig, Counters, FIRST_LEADER_WAIT_MAX, Report, SETTLE_WAIT_MAX,
-    report,
+    CONVERGE_WAIT_MAX, CampaignConfig, Counters, DockerTarget, FIRST_LEADER_WAIT_MAX, Report,
+    SETTLE_WAIT_MAX, report,
 };
 use crate::checker::{self, Evidence, FinalSandbox, ReplicaState};
 use crate::clock::Clock;
@@ -84,11 +90,35 @@ impl Processes {
         replicas: u64,
         palisade: &Path,
         fault_plan: Option<String>,
+        docker: Option<&DockerTarget>,
     ) -> Result<Self, ChaosError> {
-        let driver = match &fault_plan {
-            Some(plan) => vec!["--driver", "fault", "--fault-plan", plan.as_str()],
-            None => vec!["--driver", "process"],
+        let mut driver: Vec<String> = match (&fault_plan, docker) {
+            (Some(plan), None) => vec![
+                "--driver".into(),
+                "fault".into(),
+                "--fault-plan".into(),
+                plan.clone(),
+            ],
+            (Some(plan), Some(_)) => vec![
+                "--driver".into(),
+                "fault".into(),
+                "--fault-over".into(),
+                "docker".into(),
+                "--fault-plan".into(),
+                plan.clone(),
+            ],
+            (None, None) => vec!["--driver".into(), "process".into()],
+            (None, Some(_)) => vec!["--driver".into(), "docker".into()],
         };
+        if let Some(docker) = docker {
+            driver.extend([
+                "--docker-default-image".into(),
+                docker.default_image.clone(),
+            ]);
+            if let Some(host) = &docker.host {
+                driver.extend(["--docker-host".into(), host.clone()]);
+            }
+        }
         let mut spec = ClusterSpec::new(palisade, replicas)
             .log_filter("warn")
             .gateway_args([
@@ -419,7 +449,11 @@ async fn list_all(endpoints: &[(NodeId, String)]) -> Option<BTreeMap<String, Fin
 }
 
 /// Runs one process-mode campaign.
-pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Report, ChaosError> {
+pub async fn run_campaign(
+    config: &CampaignConfig,
+    palisade: &Path,
+    docker: Option<&DockerTarget>,
+) -> Result<Report, ChaosError> {
     if !palisade.exists() {
         return Err(ChaosError::Process(format!(
             "{} does not exist; build it with cargo build -p palisade-cli",
@@ -433,21 +467,54 @@ pub async fn run_campaign(config: &CampaignConfig, palisade: &Path) -> Result<Re
         .nemeses
         .contains(&NemesisKind::Driver)
         .then(|| DRIVER_FAULT_PLAN.replace("SEED", &config.seed.to_string()));
-    let processes = Arc::new(Processes::start(config.replicas, palisade, fault_plan)?);
+    let processes = Arc::new(Processes::start(
+        config.replicas,
+        palisade,
+        fault_plan,
+        docker,
+    )?);
     let result = drive(config, &processes, &history).await;
     // Clean up whatever happened: gateways, then every execution they left
     // (listed first: what still runs is evidence; then killed by pid, the
     // harness has no place in the cluster's fences).
     processes.kill_all();
-    let executions = match ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf()) {
-        Ok(driver) => tokio::time::timeout(Duration::from_secs(10), driver.list())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
+    let executions = match docker {
+        None => {
+            let executions =
+                match ProcessDriver::new(processes.driver_dir(), palisade.to_path_buf()) {
+                    Ok(driver) => tokio::time::timeout(Duration::from_secs(10), driver.list())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                };
+            palisade_testkit::processes::kill_executions(&processes.driver_dir());
+            executions
+        }
+        Some(docker) => {
+            // The same fence directory, so the same identity: the containers the
+            // replicas made, listed, then force-removed.
+            match DockerDriver::new(DockerConfig {
+                host: docker.host.clone(),
+                default_image: docker.default_image.clone(),
+                network: palisade_driver::docker::DEFAULT_NETWORK.to_owned(),
+                driver_dir: processes.driver_dir(),
+                timeouts: DockerTimeouts::default(),
+            }) {
+                Ok(driver) => {
+                    let executions = tokio::time::timeout(Duration::from_secs(30), driver.list())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .unwrap_or_default();
+                    let _ = tokio::time::timeout(Duration::from_secs(60), driver.purge()).await;
+                    executions
+                }
+                Err(_) => Vec::new(),
+            }
+        }
     };
-    palisade_testkit::processes::kill_executions(&processes.driver_dir());
     let (mut faults, final_applied_index, sandboxes, replicas) = result?;
     if config.nemeses.contains(&NemesisKind::Driver) {
         // The whole run had the driver fault plan (see the module docs).

@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 
 use palisade_driver::ComputeDriver;
+use palisade_driver::docker::{DockerConfig, DockerDriver, DockerTimeouts};
 use palisade_driver::noop::NoopDriver;
 use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_gateway::executor::ExecutorConfig;
@@ -53,8 +54,10 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_initial_cluster)]
     pub initial_cluster: Option<BTreeMap<u64, String>>,
     /// Compute driver: `process` runs each sandbox as local processes under
-    /// a shim; `noop` runs nothing and is only for benchmarks and tests of
-    /// the control plane. Every replica of a cluster must use the same one.
+    /// a shim; `docker` runs each execution as a container on a Docker Engine
+    /// (see --docker-host); `noop` runs nothing and is only for benchmarks
+    /// and tests of the control plane. Every replica of a cluster must use
+    /// the same one.
     /// The process driver is SINGLE-HOST: every replica must run on the one
     /// host that holds the shared --driver-dir (a replica elsewhere sees a
     /// driver of another identity and refuses to act while it leads).
@@ -65,11 +68,19 @@ pub struct RunArgs {
     /// docs for every field).
     #[arg(long, value_parser = palisade_driver::fault::FaultPlan::from_json)]
     pub fault_plan: Option<palisade_driver::fault::FaultPlan>,
+    /// With `--driver fault`: the driver the faults are injected into,
+    /// `process` or `docker`.
+    #[arg(long, value_enum, default_value_t = FaultOver::Process)]
+    pub fault_over: FaultOver,
     /// Directory the process driver keeps executions in (and its identity,
-    /// fences and tombstones). Every replica of the cluster must use the same
+    /// fences and tombstones); the Docker driver keeps its fences and
+    /// tombstones there. Every replica of the cluster must use the same
     /// one, on the same host (default: DATA_DIR/../executions).
     #[arg(long)]
     pub driver_dir: Option<PathBuf>,
+    /// The Docker driver's flags (`--docker-*`).
+    #[command(flatten)]
+    pub docker: DockerArgs,
     /// Leader heartbeat interval, milliseconds.
     #[arg(long, default_value_t = RaftTiming::default().heartbeat_ms)]
     pub heartbeat_ms: u64,
@@ -143,6 +154,67 @@ pub enum DriverKind {
     /// The process driver with injected faults (`--fault-plan`): for tests
     /// and chaos runs only.
     Fault,
+    /// One container per execution on a Docker Engine (`--docker-host`).
+    Docker,
+}
+
+impl DriverKind {
+    /// The value of `--driver` that selects this driver.
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            DriverKind::Process => "process",
+            DriverKind::Noop => "noop",
+            DriverKind::Fault => "fault",
+            DriverKind::Docker => "docker",
+        }
+    }
+}
+
+/// The drivers `--driver fault` can wrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultOver {
+    /// The process driver.
+    Process,
+    /// The Docker driver.
+    Docker,
+}
+
+/// The Docker driver's flags (`--driver docker`), shared by `gateway run`
+/// and `up`.
+#[derive(Debug, Clone, Args)]
+pub struct DockerArgs {
+    /// Docker Engine address for `--driver docker`: unix:///PATH,
+    /// tcp://HOST:PORT (TLS when DOCKER_TLS_VERIFY is set, certificates
+    /// from DOCKER_CERT_PATH) or https://HOST:PORT. Default: DOCKER_HOST,
+    /// else unix:///var/run/docker.sock. Every replica must reach the same
+    /// engine.
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
+    /// Image of a sandbox created without --image (`--driver docker`).
+    /// Images are never pulled: it must be on the engine already.
+    #[arg(long, default_value = "busybox:latest")]
+    pub docker_default_image: String,
+    /// Network every container joins (`--driver docker`): `none` (no
+    /// network), `bridge`, `host` or a network's name.
+    #[arg(long, default_value = palisade_driver::docker::DEFAULT_NETWORK)]
+    pub docker_network: String,
+}
+
+impl DockerArgs {
+    /// The same flags for a `palisade gateway run` command line.
+    pub fn to_gateway_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--docker-default-image".to_string(),
+            self.docker_default_image.clone(),
+            "--docker-network".to_string(),
+            self.docker_network.clone(),
+        ];
+        if let Some(host) = &self.docker_host {
+            args.push("--docker-host".to_string());
+            args.push(host.clone());
+        }
+        args
+    }
 }
 
 /// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
@@ -212,43 +284,63 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.node_id
         );
     }
+    let driver_dir = match &args.driver_dir {
+        Some(dir) => dir.clone(),
+        None => args
+            .data_dir
+            .parent()
+            .map(|parent| parent.join("executions"))
+            .unwrap_or_else(|| PathBuf::from("executions")),
+    };
+    let docker = || -> anyhow::Result<Arc<dyn ComputeDriver>> {
+        let docker = DockerDriver::new(DockerConfig {
+            host: args.docker.docker_host.clone(),
+            default_image: args.docker.docker_default_image.clone(),
+            network: args.docker.docker_network.clone(),
+            driver_dir: driver_dir.clone(),
+            timeouts: DockerTimeouts {
+                tombstone_retention: Duration::from_secs(args.tombstone_retention_hours * 3600),
+                ..DockerTimeouts::default()
+            },
+        })
+        .context("cannot set up the Docker driver")?;
+        tracing::info!(
+            host = docker.host(),
+            fences = %driver_dir.display(),
+            "Docker driver"
+        );
+        Ok(Arc::new(docker))
+    };
+    let process = || -> anyhow::Result<Arc<dyn ComputeDriver>> {
+        let shim_program =
+            std::env::current_exe().context("cannot find the palisade executable")?;
+        std::fs::create_dir_all(&driver_dir)
+            .with_context(|| format!("cannot create driver directory {}", driver_dir.display()))?;
+        Ok(Arc::new(
+            ProcessDriver::new(driver_dir.clone(), shim_program)
+                .with_context(|| {
+                    format!(
+                        "cannot open the process driver's directory {}",
+                        driver_dir.display()
+                    )
+                })?
+                .with_timeouts(ProcessDriverTimeouts {
+                    tombstone_retention: Duration::from_secs(args.tombstone_retention_hours * 3600),
+                    ..ProcessDriverTimeouts::default()
+                }),
+        ))
+    };
     let driver: Arc<dyn ComputeDriver> = match args.driver {
         DriverKind::Noop => Arc::new(NoopDriver::new()),
-        DriverKind::Process | DriverKind::Fault => {
-            let driver_dir = match &args.driver_dir {
-                Some(dir) => dir.clone(),
-                None => args
-                    .data_dir
-                    .parent()
-                    .map(|parent| parent.join("executions"))
-                    .unwrap_or_else(|| PathBuf::from("executions")),
+        DriverKind::Docker => docker()?,
+        DriverKind::Process => process()?,
+        DriverKind::Fault => {
+            let inner = match args.fault_over {
+                FaultOver::Process => process()?,
+                FaultOver::Docker => docker()?,
             };
-            let shim_program =
-                std::env::current_exe().context("cannot find the palisade executable")?;
-            std::fs::create_dir_all(&driver_dir).with_context(|| {
-                format!("cannot create driver directory {}", driver_dir.display())
-            })?;
-            let process: Arc<dyn ComputeDriver> = Arc::new(
-                ProcessDriver::new(driver_dir.clone(), shim_program)
-                    .with_context(|| {
-                        format!(
-                            "cannot open the process driver's directory {}",
-                            driver_dir.display()
-                        )
-                    })?
-                    .with_timeouts(ProcessDriverTimeouts {
-                        tombstone_retention: Duration::from_secs(
-                            args.tombstone_retention_hours * 3600,
-                        ),
-                        ..ProcessDriverTimeouts::default()
-                    }),
-            );
-            if args.driver == DriverKind::Fault {
-                let plan = args.fault_plan.clone().unwrap_or_default();
-                Arc::new(palisade_driver::fault::FaultDriver::new(process, plan))
-            } else {
-                process
-            }
+            let plan = args.fault_plan.clone().unwrap_or_default();
+            Arc::new(palisade_driver::fault::FaultDriver::new(inner, plan))
         }
     };
     if args.fault_plan.is_some() && args.driver != DriverKind::Fault {

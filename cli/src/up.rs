@@ -12,6 +12,7 @@ use palisade_proto::v1;
 use palisade_testkit::{ClusterSpec, LocalCluster, Ports};
 
 use crate::client::Client;
+use crate::serve::{DockerArgs, DriverKind};
 
 /// Flags of `palisade up`.
 #[derive(Debug, Clone, Args)]
@@ -33,6 +34,13 @@ pub struct UpArgs {
     /// (postgres://USER:PASSWORD@HOST:PORT/DATABASE); passed to every replica.
     #[arg(long, env = "PALISADE_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// Compute driver of every replica: `process` (local processes under
+    /// shims) or `docker` (containers on the engine --docker-host names).
+    #[arg(long, value_enum, default_value_t = DriverKind::Process)]
+    pub driver: DriverKind,
+    /// The Docker driver's flags (`--docker-*`).
+    #[command(flatten)]
+    pub docker: DockerArgs,
 }
 
 /// How long `up` waits for the cluster to elect a leader.
@@ -55,10 +63,20 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     spec.log_filter = std::env::var("PALISADE_LOG").unwrap_or_else(|_| "info,openraft=warn".into());
     // Sandboxes outlive `up`: the next `up` re-adopts them.
     spec.kill_executions_on_drop = false;
+    if args.driver == DriverKind::Fault {
+        bail!(
+            "`up` runs the process, docker or noop driver; --driver fault needs a fault plan (use `gateway run`)"
+        );
+    }
     spec.gateway_args = vec![
         "--stop-grace-seconds".to_string(),
         args.stop_grace_seconds.to_string(),
+        "--driver".to_string(),
+        args.driver.flag_value().to_string(),
     ];
+    if args.driver == DriverKind::Docker {
+        spec.gateway_args.extend(args.docker.to_gateway_args());
+    }
     // Through the environment, so a password stays out of `ps`.
     if let Some(url) = &args.postgres_url {
         spec.env
@@ -108,10 +126,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         }
     }
     stop_all(&mut cluster).await;
-    println!(
-        "stopped (sandboxes keep running under their shims; data in {})",
-        data_dir.display()
-    );
+    let running = match args.driver {
+        DriverKind::Docker => "sandboxes keep running as containers",
+        _ => "sandboxes keep running under their shims",
+    };
+    println!("stopped ({running}; data in {})", data_dir.display());
     Ok(())
 }
 

@@ -17,6 +17,7 @@ async fn real_processes_under_kills_pauses_and_partitions_stay_correct() {
             NemesisKind::Driver,
         ],
         mode: Mode::Processes {
+            docker: None,
             palisade: env!("CARGO_BIN_EXE_palisade").into(),
         },
         ..CampaignConfig::new(21)

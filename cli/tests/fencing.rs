@@ -19,6 +19,7 @@ use palisade_testkit::gate::{self, GATE_DIR_ENV};
 use palisade_testkit::processes::execution_processes;
 use palisade_testkit::{ClusterSpec, logs::KeepLogsOnFailure};
 use support::cluster::*;
+use support::docker::TestEngine;
 use support::{palisade, with_default_stop_grace};
 use tokio::time::Instant;
 
@@ -89,11 +90,67 @@ async fn assert_nothing_runs_for_a_while(driver_dir: &Path, sandbox_id: &str) {
     }
 }
 
+/// What of a sandbox exists on the compute: the process driver's live shims
+/// and commands, or the Docker driver's containers (any state).
+#[derive(Clone)]
+enum Compute {
+    Process,
+    Docker(TestEngine),
+}
+
+impl Compute {
+    fn of(&self, driver_dir: &Path, sandbox_id: &str) -> Vec<String> {
+        match self {
+            Compute::Process => processes_of(driver_dir, sandbox_id)
+                .into_iter()
+                .map(|pid| pid.to_string())
+                .collect(),
+            Compute::Docker(engine) => {
+                engine.containers(&format!("dev.palisade.sandbox-id={sandbox_id}"))
+            }
+        }
+    }
+
+    fn gateway_args(&self) -> Vec<String> {
+        match self {
+            Compute::Process => Vec::new(),
+            Compute::Docker(engine) => vec![
+                "--driver".into(),
+                "docker".into(),
+                "--docker-host".into(),
+                engine.host.clone(),
+                "--docker-default-image".into(),
+                engine.image.clone(),
+            ],
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_leaders_held_launch_starts_nothing_after_the_delete() {
-    const MARKER: &str = "6101";
+    paused_leaders_held_launch(Compute::Process, "6101").await;
+}
+
+/// The same with `--driver docker`: the fence and the tombstone stop the
+/// deposed leader's container, not only a shim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_leaders_held_launch_starts_no_container_after_the_delete() {
+    let Some(engine) = TestEngine::from_env() else {
+        return;
+    };
+    paused_leaders_held_launch(Compute::Docker(engine), "6103").await;
+}
+
+async fn paused_leaders_held_launch(compute: Compute, marker: &str) {
     let gate_dir = tempfile::tempdir().expect("a gate directory");
-    let mut cluster = gated_cluster(gate_dir.path());
+    let extra = compute.gateway_args();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut spec = ClusterSpec::new(palisade(), 3).gateway_args(with_default_stop_grace(&extra));
+    spec.env.push((
+        GATE_DIR_ENV.to_string(),
+        gate_dir.path().display().to_string(),
+    ));
+    let mut cluster = Cluster::start_spec(spec);
     let _logs = KeepLogsOnFailure {
         root: cluster.root().to_path_buf(),
         test: "a_paused_leaders_held_launch_starts_nothing_after_the_delete",
@@ -106,11 +163,12 @@ async fn a_paused_leaders_held_launch_starts_nothing_after_the_delete() {
     let endpoints = cluster.cli_endpoints(&all);
     let create = tokio::spawn({
         let endpoints = endpoints.clone();
+        let marker = marker.to_string();
         async move {
             cli_async(
                 &endpoints,
                 &[
-                    "-o", "json", "sandbox", "create", "x", "--", "sleep", MARKER,
+                    "-o", "json", "sandbox", "create", "x", "--", "sleep", &marker,
                 ],
             )
             .await
@@ -132,18 +190,26 @@ async fn a_paused_leaders_held_launch_starts_nothing_after_the_delete() {
     );
     let others_endpoints = cluster.cli_endpoints(&others);
     delete_acknowledged(&others_endpoints, &sandbox_id).await;
-    assert!(processes_of(&cluster.driver_dir, &sandbox_id).is_empty());
+    assert!(compute.of(&cluster.driver_dir, &sandbox_id).is_empty());
 
     // 3. A resumes and its held launch goes on.
     gate::release(gate_dir.path(), &sandbox_id).expect("release the gate");
     cluster.replica(leader_a).resume();
-    assert_nothing_runs_for_a_while(&cluster.driver_dir, &sandbox_id).await;
+    let until = Instant::now() + QUIET_PERIOD;
+    while Instant::now() < until {
+        let running = compute.of(&cluster.driver_dir, &sandbox_id);
+        assert!(
+            running.is_empty(),
+            "sandbox {sandbox_id} was deleted, yet {running:?} of it exist"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The cluster heals: A rejoins as a follower, X stays gone.
     cluster.wait_caught_up(&all).await;
     let listed = cli_json_async(&endpoints, &["sandbox", "list"]).await;
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
-    assert!(processes_of(&cluster.driver_dir, &sandbox_id).is_empty());
+    assert!(compute.of(&cluster.driver_dir, &sandbox_id).is_empty());
     cluster.replica_mut(leader_a).kill();
 }
 
@@ -219,6 +285,7 @@ async fn launch_behind_the_back(
         generation,
         command: vec!["sleep".into(), marker.into()],
         env: Default::default(),
+        ..Default::default()
     };
     let fence = Fence {
         cluster_id: cluster_id.to_string(),

@@ -77,6 +77,7 @@ impl Fixture {
             generation,
             command: command.iter().map(|word| (*word).to_owned()).collect(),
             env: BTreeMap::from([(MARKER_VARIABLE.to_owned(), self.marker.clone())]),
+            ..Default::default()
         }
     }
 

@@ -285,6 +285,10 @@ impl ComputeDriver for FaultDriver {
         self.inner.name()
     }
 
+    fn runs_containers(&self) -> bool {
+        self.inner.runs_containers()
+    }
+
     fn identity(&self) -> &str {
         self.inner.identity()
     }
@@ -380,6 +384,7 @@ mod tests {
             generation: 1,
             command: vec![],
             env: Default::default(),
+            ..Default::default()
         }
     }
 

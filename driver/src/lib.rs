@@ -75,6 +75,8 @@
 //! - this module: the [`ComputeDriver`] trait and the types it speaks.
 //! - [`process`]: the embedded default driver, one shim process per execution
 //!   (containerd-shim pattern), Linux only.
+//! - [`docker`]: one container per execution on a Docker Engine (`bollard`), its
+//!   fences beside the gateways like the process driver's; Linux only.
 //! - [`noop`]: runs nothing; keeps only fences and tombstones, in memory; for
 //!   benchmarks and tests of the control plane (`palisade gateway run --driver noop`).
 //! - [`fault`]: wraps another driver and injects faults by a seeded plan.
@@ -90,6 +92,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+#[cfg(target_os = "linux")]
+pub mod docker;
 pub mod fault;
 pub mod noop;
 #[cfg(target_os = "linux")]
@@ -99,7 +103,7 @@ pub mod process;
 ///
 /// Written into the replicated log by the leader, so every replica (and every retry
 /// of a launch) asks the driver for exactly the same thing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSpec {
     /// The sandbox's immutable id (a UUID chosen by the leader).
     pub sandbox_id: String,
@@ -110,6 +114,31 @@ pub struct LaunchSpec {
     pub command: Vec<String>,
     /// The complete environment of the command.
     pub env: BTreeMap<String, String>,
+    /// Container image (drivers that run containers; empty: the driver's default
+    /// image). A driver that runs no images refuses a spec that names one.
+    #[serde(default)]
+    pub image: String,
+    /// CPU limit in thousandths of a CPU (0: no limit).
+    #[serde(default)]
+    pub cpu_millis: u64,
+    /// Memory limit in bytes (0: no limit).
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Working directory of the command inside the sandbox (empty: the driver's
+    /// default).
+    #[serde(default)]
+    pub workdir: String,
+}
+
+impl LaunchSpec {
+    /// Whether the spec asks for anything only a container driver provides (an
+    /// image, CPU or memory limits, a working directory inside an image).
+    pub fn wants_container(&self) -> bool {
+        !self.image.is_empty()
+            || self.cpu_millis != 0
+            || self.memory_bytes != 0
+            || !self.workdir.is_empty()
+    }
 }
 
 /// Durable, driver-specific identity of one execution.
@@ -354,6 +383,14 @@ pub type DriverFuture<'a, T> = BoxFuture<'a, Result<T, DriverError>>;
 pub trait ComputeDriver: Send + Sync + 'static {
     /// Short name for logs and configuration ("process", "docker", ...).
     fn name(&self) -> &'static str;
+
+    /// Whether the driver runs what [`LaunchSpec::wants_container`] asks for (an
+    /// image, CPU and memory limits, a working directory). The API refuses such a
+    /// create up front (INVALID_ARGUMENT) when the cluster's driver does not, rather
+    /// than ignoring it; the driver refuses it too (`Rejected`).
+    fn runs_containers(&self) -> bool {
+        false
+    }
 
     /// The identity of the authority this driver acts on: the process driver's is a
     /// random id written once into its driver directory (shared by every replica of

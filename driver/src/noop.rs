@@ -128,6 +128,11 @@ impl ComputeDriver for NoopDriver {
         "noop"
     }
 
+    /// Runs nothing, so it takes any spec (benchmarks of the control plane).
+    fn runs_containers(&self) -> bool {
+        true
+    }
+
     fn identity(&self) -> &str {
         NOOP_IDENTITY
     }
@@ -237,6 +242,7 @@ mod tests {
             generation,
             command: vec!["sleep".into(), "1".into()],
             env: Default::default(),
+            ..Default::default()
         }
     }
 

@@ -73,6 +73,7 @@ fn spec(generation: u64) -> LaunchSpec {
         generation,
         command: vec!["sleep".to_owned(), "1000".to_owned()],
         env: Default::default(),
+        ..Default::default()
     }
 }
 

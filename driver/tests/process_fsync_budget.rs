@@ -56,6 +56,7 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
         generation: 1,
         command: vec!["sleep".to_owned(), "1000".to_owned()],
         env: Default::default(),
+        ..Default::default()
     };
 
     let (launched, launch) = fsyncs_of(driver.launch(&spec, &fence(1, 10))).await;

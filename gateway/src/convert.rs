@@ -88,6 +88,9 @@ pub fn sandbox_to_proto(
             image: sandbox.spec.image.clone(),
             driver_config: sandbox.spec.driver_config.clone().into_iter().collect(),
             restart_policy: restart_policy_to_proto(sandbox.spec.restart_policy) as i32,
+            cpus: sandbox.spec.cpu_millis as f64 / 1000.0,
+            memory_bytes: sandbox.spec.memory_bytes,
+            workdir: sandbox.spec.workdir.clone(),
         }),
         status: Some(v1::SandboxStatus {
             phase: phase_to_proto(sandbox.phase) as i32,
@@ -112,15 +115,34 @@ pub fn sandbox_to_proto(
     }
 }
 
-/// API spec -> core spec (None for an unknown restart policy).
+/// API spec -> core spec (None for an unknown restart policy). `cpus` becomes
+/// thousandths of a CPU, rounded; a value that is not a finite number from 0
+/// to the limit becomes `u64::MAX`, which validation refuses (INVALID_SPEC_CPUS).
 pub fn spec_from_proto(spec: Option<v1::SandboxSpec>) -> Option<core::SandboxSpec> {
     let spec = spec.unwrap_or_default();
+    let cpu_millis = if spec.cpus.is_finite()
+        && spec.cpus >= 0.0
+        && spec.cpus <= (palisade_lifecycle::limits::CPU_MILLIS_MAX / 1000) as f64
+    {
+        let millis = (spec.cpus * 1000.0).round() as u64;
+        // A positive request below a thousandth must not read as "no limit".
+        if millis == 0 && spec.cpus > 0.0 {
+            u64::MAX
+        } else {
+            millis
+        }
+    } else {
+        u64::MAX
+    };
     Some(core::SandboxSpec {
         command: spec.command,
         env: spec.env.into_iter().collect(),
         image: spec.image,
         driver_config: spec.driver_config.into_iter().collect(),
         restart_policy: restart_policy_from_proto(spec.restart_policy)?,
+        cpu_millis,
+        memory_bytes: spec.memory_bytes,
+        workdir: spec.workdir,
     })
 }
 

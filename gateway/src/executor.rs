@@ -784,8 +784,12 @@ impl Executor {
                 let spec = LaunchSpec {
                     sandbox_id: sandbox_id.clone(),
                     generation,
-                    command: work.command,
-                    env: work.env,
+                    command: work.spec.command,
+                    env: work.spec.env,
+                    image: work.spec.image,
+                    cpu_millis: work.spec.cpu_millis,
+                    memory_bytes: work.spec.memory_bytes,
+                    workdir: work.spec.workdir,
                 };
                 let result = match self.bounded(driver.launch(&spec, &fence)).await {
                     Ok(handle) => LaunchResult::Running {
@@ -1011,8 +1015,8 @@ struct Work {
     /// for an inspection the sandbox's resource version when it was read.
     /// It is the fence's operation index and the completion's binding.
     bound_to: u64,
-    command: Vec<String>,
-    env: std::collections::BTreeMap<String, String>,
+    /// What to run (for launches).
+    spec: palisade_lifecycle::SandboxSpec,
 }
 
 impl Work {
@@ -1034,8 +1038,7 @@ impl Work {
             generation: sandbox.execution.generation,
             kind,
             bound_to,
-            command: sandbox.spec.command.clone(),
-            env: sandbox.spec.env.clone(),
+            spec: sandbox.spec.clone(),
         })
     }
 }

@@ -352,6 +352,7 @@ pub async fn run_with_hooks(
     let members_heard_recorder = founding::spawn_recorder(node_id, &raft, members_heard.clone());
 
     let service_driver = driver.clone();
+    let (driver_name, driver_runs_containers) = (driver.name(), driver.runs_containers());
     let executor = Executor::new(
         node_id,
         raft.clone(),
@@ -395,6 +396,8 @@ pub async fn run_with_hooks(
         peers,
         timeouts: config.timeouts,
         members_heard,
+        driver_name,
+        driver_runs_containers,
         projection: projection
             .as_ref()
             .map(|running| running.projection.clone()),

@@ -81,6 +81,11 @@ pub struct Replica {
     /// The node ids this replica has exchanged Raft messages with
     /// ([`crate::founding`]).
     pub members_heard: crate::founding::MembersHeard,
+    /// The compute driver's name (`process`, `docker`, ...), for messages.
+    pub driver_name: &'static str,
+    /// Whether the driver runs images, CPU and memory limits and working
+    /// directories: if not, the API refuses a create that asks for them.
+    pub driver_runs_containers: bool,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub projection: Option<palisade_projection::Projection>,
 }

@@ -206,6 +206,7 @@ fn spec() -> impl Strategy<Value = Option<v1::SandboxSpec>> {
                     image,
                     driver_config,
                     restart_policy,
+                    ..Default::default()
                 }
             }),
     )

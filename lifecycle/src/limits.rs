@@ -43,6 +43,17 @@ pub const OWNED_RECORDS_PER_WORKSPACE_DEFAULT: u64 = 100_000;
 /// to it at apply. The state budget (`STATE_BYTES_MAX` in the gateway)
 /// bounds the total either way.
 pub const QUOTA_VALUE_MAX: u64 = 100_000_000;
+/// Largest CPU limit of a sandbox, in thousandths of a CPU (1,024 CPUs).
+pub const CPU_MILLIS_MAX: u64 = 1_024_000;
+/// Smallest non-zero CPU limit, in thousandths of a CPU (the Docker Engine's
+/// minimum, 0.01 CPU).
+pub const CPU_MILLIS_MIN: u64 = 10;
+/// Smallest non-zero memory limit of a sandbox (the Docker Engine's minimum, 6 MiB).
+pub const MEMORY_BYTES_MIN: u64 = 6 * 1024 * 1024;
+/// Largest memory limit of a sandbox (16 TiB).
+pub const MEMORY_BYTES_MAX: u64 = 16 << 40;
+/// Longest working directory path of a sandbox.
+pub const WORKDIR_BYTES_MAX: usize = 4096;
 /// Most workspaces in the cluster.
 pub const WORKSPACES_COUNT_MAX: usize = 1_000;
 /// Longest failure message kept in a sandbox status.

@@ -63,6 +63,16 @@ pub struct SandboxSpec {
     pub image: String,
     /// Driver-specific settings.
     pub driver_config: BTreeMap<String, String>,
+    /// CPU limit in thousandths of a CPU (0: no limit), for drivers with limits.
+    #[serde(default)]
+    pub cpu_millis: u64,
+    /// Memory limit in bytes (0: no limit), for drivers with limits.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Working directory of the command (empty: the driver's default), for
+    /// drivers that run images.
+    #[serde(default)]
+    pub workdir: String,
     /// Whether exits are followed by a replacement execution.
     #[serde(default)]
     pub restart_policy: RestartPolicy,

@@ -202,6 +202,36 @@ pub fn spec(spec: &SandboxSpec) -> Result<(), InvalidInput> {
             format!("longer than {IMAGE_LENGTH_MAX} characters"),
         ));
     }
+    if spec.cpu_millis != 0 && !(CPU_MILLIS_MIN..=CPU_MILLIS_MAX).contains(&spec.cpu_millis) {
+        return Err(invalid(
+            "spec.cpus",
+            format!(
+                "must be 0 (no limit) or {} to {} CPUs",
+                CPU_MILLIS_MIN as f64 / 1000.0,
+                CPU_MILLIS_MAX / 1000
+            ),
+        ));
+    }
+    if spec.memory_bytes != 0 && !(MEMORY_BYTES_MIN..=MEMORY_BYTES_MAX).contains(&spec.memory_bytes)
+    {
+        return Err(invalid(
+            "spec.memory_bytes",
+            format!("must be 0 (no limit) or {MEMORY_BYTES_MIN} to {MEMORY_BYTES_MAX} bytes"),
+        ));
+    }
+    if !spec.workdir.is_empty()
+        && (!spec.workdir.starts_with('/')
+            || spec.workdir.len() > WORKDIR_BYTES_MAX
+            || spec.workdir.contains('\0'))
+    {
+        return Err(invalid(
+            "spec.workdir",
+            format!(
+                "{} must be an absolute path of at most {WORKDIR_BYTES_MAX} bytes without NUL",
+                quoted(&spec.workdir)
+            ),
+        ));
+    }
     label_map(
         "spec.driver_config",
         &spec.driver_config,

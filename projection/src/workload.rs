@@ -183,6 +183,7 @@ impl Workload {
                         image: String::new(),
                         driver_config: BTreeMap::new(),
                         restart_policy,
+                        ..Default::default()
                     },
                     labels,
                     annotations: BTreeMap::from([(

@@ -10,7 +10,8 @@
 //! It starts three replicas of the real `palisade` binary (`palisade
 //! gateway run`, through `palisade-testkit`; the `palisade` next to this
 //! binary, or `--palisade PATH`) with the `noop` compute driver (or, with
-//! `--driver process`, the process driver: one idle shim per sandbox), on free
+//! `--driver process`, the process driver: one idle shim per sandbox; with
+//! `--driver docker`, one idle container per sandbox), on free
 //! loopback ports, with their data in a temporary directory, so what it
 //! measures is the control plane: validation, forwarding, Raft (fsync'd
 //! log), apply, the executor's completion round. Then:
@@ -79,9 +80,18 @@ struct Args {
     #[arg(long)]
     keep: bool,
     /// The compute driver of the replicas: `noop` measures the control plane
-    /// alone; `process` runs a real (idle) shim process per sandbox.
+    /// alone; `process` runs a real (idle) shim process per sandbox; `docker`
+    /// one (idle) container per sandbox on --docker-host.
     #[arg(long, value_enum, default_value_t = Driver::Noop)]
     driver: Driver,
+    /// With `--driver docker`: the engine (default: DOCKER_HOST, else the
+    /// local socket).
+    #[arg(long, env = "DOCKER_HOST")]
+    docker_host: Option<String>,
+    /// With `--driver docker`: the image the sandboxes run (it must be on the
+    /// engine and have `sleep`).
+    #[arg(long, default_value = "busybox:latest")]
+    docker_default_image: String,
     /// More `gateway run` flags for every replica, e.g.
     /// `--replica-arg=--election-timeout-min-ms=300` (repeatable).
     #[arg(long = "replica-arg", allow_hyphen_values = true)]
@@ -95,6 +105,8 @@ enum Driver {
     Noop,
     /// One shim (idle command) per sandbox.
     Process,
+    /// One container (idle command) per sandbox.
+    Docker,
 }
 
 impl Driver {
@@ -102,6 +114,7 @@ impl Driver {
         match self {
             Driver::Noop => "noop",
             Driver::Process => "process",
+            Driver::Docker => "docker",
         }
     }
 }
@@ -127,6 +140,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
     let mut gateway_args = vec!["--driver".to_string(), args.driver.name().to_string()];
+    if args.driver == Driver::Docker {
+        gateway_args.extend([
+            "--docker-default-image".to_string(),
+            args.docker_default_image.clone(),
+        ]);
+        if let Some(host) = &args.docker_host {
+            gateway_args.extend(["--docker-host".to_string(), host.clone()]);
+        }
+    }
     gateway_args.extend(args.replica_args.iter().cloned());
     let mut cluster = start_cluster(palisade, &root, gateway_args)?;
     let leader = wait_ready(&cluster).await?;

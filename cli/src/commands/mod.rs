@@ -230,6 +230,10 @@ pub fn sandbox_json(sandbox: &v1::Sandbox) -> serde_json::Value {
         "labels": meta.labels,
         "annotations": meta.annotations,
         "command": spec.command,
+        "image": spec.image,
+        "cpus": spec.cpus,
+        "memory_bytes": spec.memory_bytes,
+        "workdir": spec.workdir,
         "execution": {
             "generation": execution.generation,
             "handle": execution.handle,

@@ -92,6 +92,22 @@ pub enum SandboxCommand {
         /// Relaunch the command when it exits (a new generation each time).
         #[arg(long, value_enum, default_value_t = RestartPolicyArg::Never)]
         restart_policy: RestartPolicyArg,
+        /// Container image to run the command in (`--driver docker`; default:
+        /// the cluster's --docker-default-image). The process driver refuses
+        /// it (INVALID_SPEC_IMAGE).
+        #[arg(long)]
+        image: Option<String>,
+        /// CPU limit, in CPUs (e.g. 0.5; 0.01 to 1024). Docker driver only.
+        #[arg(long)]
+        cpus: Option<f64>,
+        /// Memory limit: bytes, or with a suffix k, m, g (powers of 1024),
+        /// e.g. 256m; at least 6m. Docker driver only.
+        #[arg(long, value_parser = parse_memory)]
+        memory: Option<u64>,
+        /// Working directory of the command inside the image (absolute).
+        /// Docker driver only.
+        #[arg(long)]
+        workdir: Option<String>,
         /// Idempotency key: retrying with the same id returns the original
         /// result instead of creating twice (default: a fresh id).
         #[arg(long)]
@@ -403,6 +419,10 @@ pub async fn run(
             labels,
             env,
             restart_policy,
+            image,
+            cpus,
+            memory,
+            workdir,
             request_id,
             no_wait,
             command,
@@ -418,6 +438,10 @@ pub async fn run(
                         RestartPolicyArg::OnFailure => v1::RestartPolicy::OnFailure,
                         RestartPolicyArg::Always => v1::RestartPolicy::Always,
                     } as i32,
+                    image: image.unwrap_or_default(),
+                    cpus: cpus.unwrap_or_default(),
+                    memory_bytes: memory.unwrap_or_default(),
+                    workdir: workdir.unwrap_or_default(),
                     ..Default::default()
                 }),
                 labels: labels.into_iter().collect::<HashMap<_, _>>(),
@@ -893,5 +917,49 @@ fn print_event(output: Output, event: &v1::SandboxEvent) {
                 kind, event.resource_version, row[0], row[1], row[2], row[3]
             );
         }
+    }
+}
+
+/// Parses a memory size: bytes, or a number with k, m, g or t (powers of 1024,
+/// case-insensitive, an optional trailing `b` or `i`/`ib`): `256m`, `1GiB`, `1048576`.
+fn parse_memory(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (number, unit) = lower.split_at(digits_end);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size: use bytes or a number with k, m, g or t"))?;
+    let shift = match unit.trim_end_matches('b').trim_end_matches('i') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use k, m, g or t)"
+            ));
+        }
+    };
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::parse_memory;
+
+    #[test]
+    fn memory_sizes_parse_in_powers_of_1024() {
+        assert_eq!(parse_memory("1048576"), Ok(1_048_576));
+        assert_eq!(parse_memory("256m"), Ok(256 << 20));
+        assert_eq!(parse_memory("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_memory("8K"), Ok(8 << 10));
+        assert!(parse_memory("12x").is_err());
+        assert!(parse_memory("m").is_err());
+        assert!(parse_memory("99999999999t").is_err());
     }
 }

@@ -17,6 +17,7 @@ pub use palisade_testkit::logs::KeepLogsOnFailure;
 pub use palisade_testkit::processes::{alive, pids_running, process_state, signal};
 
 pub mod cluster;
+pub mod docker;
 
 /// The binary under test.
 pub fn palisade() -> PathBuf {

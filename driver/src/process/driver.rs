@@ -801,7 +801,7 @@ impl ComputeDriver for ProcessDriver {
 /// this call created it. A second launch with a different spec for the same
 /// generation is refused: generations are never reused, so that is a caller bug, not
 /// something to paper over.
-pub(super) fn create_execution_dir(
+pub(crate) fn create_execution_dir(
     driver_dir: &Path,
     spec: &LaunchSpec,
 ) -> Result<bool, DriverError> {
@@ -853,14 +853,14 @@ pub(super) fn create_execution_dir(
     }
 }
 
-pub(super) fn build_staging_dir(staging: &Path, spec: &LaunchSpec) -> io::Result<()> {
+pub(crate) fn build_staging_dir(staging: &Path, spec: &LaunchSpec) -> io::Result<()> {
     fs::create_dir(staging)?;
     write_file_synced(&staging.join(SPEC_FILE), &serde_json::to_vec(spec)?)?;
     sync_dir(staging)
 }
 
 /// Marks the execution as stopping. Returns false if it does not exist.
-pub(super) fn request_stop(dir: &Path) -> io::Result<bool> {
+pub(crate) fn request_stop(dir: &Path) -> io::Result<bool> {
     // Not fsynced: the marker only has to be seen by shims starting in this boot;
     // after a reboot no shim of the old boot runs.
     match OpenOptions::new()
@@ -876,7 +876,7 @@ pub(super) fn request_stop(dir: &Path) -> io::Result<bool> {
 }
 
 /// The generations under a sandbox directory (empty if it does not exist).
-pub(super) fn generations_of(sandbox_dir: &Path) -> io::Result<Vec<u64>> {
+pub(crate) fn generations_of(sandbox_dir: &Path) -> io::Result<Vec<u64>> {
     let entries = match fs::read_dir(sandbox_dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -904,7 +904,7 @@ pub(super) fn generations_of(sandbox_dir: &Path) -> io::Result<Vec<u64>> {
 
 /// What [`delete_executions`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Deletion {
+pub(crate) enum Deletion {
     /// Only the lock, fence and tombstone remain.
     Done,
     /// An execution is not (or no longer) confirmed gone, or its directory changed
@@ -915,7 +915,7 @@ pub(super) enum Deletion {
 /// Deletes everything in a removed sandbox's directory but its lock, fence and
 /// tombstone records: the generation directories (once their executions are confirmed gone)
 /// and the leftovers of interrupted launches and writes. Call with the lock held.
-pub(super) fn delete_executions(
+pub(crate) fn delete_executions(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     driver_id: &str,
@@ -976,7 +976,7 @@ pub(super) fn delete_executions(
     Ok(Deletion::Done)
 }
 
-pub(super) fn list_blocking(
+pub(crate) fn list_blocking(
     driver_dir: &Path,
     driver_id: &str,
 ) -> io::Result<Vec<(String, u64, ExecutionStatus)>> {
@@ -1021,14 +1021,14 @@ pub(super) fn list_blocking(
     Ok(executions)
 }
 
-pub(super) fn too_many_executions(dir: &Path) -> io::Error {
+pub(crate) fn too_many_executions(dir: &Path) -> io::Error {
     io::Error::other(format!(
         "more than {EXECUTIONS_LISTED_MAX} executions under {}",
         dir.display()
     ))
 }
 
-pub(super) fn quote_shim_log(dir: &Path) -> String {
+pub(crate) fn quote_shim_log(dir: &Path) -> String {
     let mut text = String::new();
     match File::open(dir.join(SHIM_LOG_FILE)) {
         Ok(file) => {
@@ -1048,7 +1048,7 @@ pub(super) fn quote_shim_log(dir: &Path) -> String {
 // ---------------------------------------------------------------------------------
 // Validation
 
-pub(super) fn validate_sandbox_id(sandbox_id: &str) -> Result<(), DriverError> {
+pub(crate) fn validate_sandbox_id(sandbox_id: &str) -> Result<(), DriverError> {
     let valid = !sandbox_id.is_empty()
         && sandbox_id.len() <= SANDBOX_ID_LENGTH_MAX
         && !sandbox_id.starts_with('.')
@@ -1067,7 +1067,20 @@ pub(super) fn validate_sandbox_id(sandbox_id: &str) -> Result<(), DriverError> {
     }
 }
 
-pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), DriverError> {
+pub(crate) fn validate_spec(spec: &LaunchSpec) -> Result<(), DriverError> {
+    if spec.wants_container() {
+        return Err(DriverError::Rejected {
+            message: "the process driver runs host processes: it takes no image, CPU or \
+                      memory limit or working directory (run the cluster with --driver \
+                      docker for those)"
+                .to_owned(),
+        });
+    }
+    validate_spec_fields(spec)
+}
+
+/// The checks every driver makes of a spec (sandbox id, command, environment, size).
+pub(crate) fn validate_spec_fields(spec: &LaunchSpec) -> Result<(), DriverError> {
     validate_sandbox_id(&spec.sandbox_id)?;
     let rejected = |message: String| Err(DriverError::Rejected { message });
     if spec.command.len() > COMMAND_ARGUMENTS_MAX {
@@ -1085,6 +1098,7 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), DriverError> {
     if spec.command.first().is_some_and(String::is_empty) {
         return rejected("the command's program is empty".to_owned());
     }
+
     if spec.command.iter().any(|argument| argument.contains('\0')) {
         return rejected("a command argument contains a NUL byte".to_owned());
     }
@@ -1106,7 +1120,7 @@ pub(super) fn validate_spec(spec: &LaunchSpec) -> Result<(), DriverError> {
 }
 
 /// A fence must name the call's sandbox, and the call's generation when it has one.
-pub(super) fn validate_fence(
+pub(crate) fn validate_fence(
     fence: &Fence,
     sandbox_id: &str,
     generation: Option<u64>,
@@ -1138,7 +1152,7 @@ pub(super) fn validate_fence(
 // ---------------------------------------------------------------------------------
 // Errors and threads
 
-pub(super) fn recorded_elsewhere(dir: &Path, other: &str, mine: &str) -> DriverError {
+pub(crate) fn recorded_elsewhere(dir: &Path, other: &str, mine: &str) -> DriverError {
     DriverError::Uncertain {
         message: format!(
             "{} was recorded by driver {other}, not by this one ({mine}): its processes are \
@@ -1149,7 +1163,7 @@ pub(super) fn recorded_elsewhere(dir: &Path, other: &str, mine: &str) -> DriverE
     }
 }
 
-pub(super) fn io_uncertain(action: &str, path: &Path, error: io::Error) -> DriverError {
+pub(crate) fn io_uncertain(action: &str, path: &Path, error: io::Error) -> DriverError {
     DriverError::Uncertain {
         message: format!("{action} {} failed: {error}", path.display()),
     }
@@ -1157,7 +1171,7 @@ pub(super) fn io_uncertain(action: &str, path: &Path, error: io::Error) -> Drive
 
 /// Runs filesystem and `/proc` work off the async workers (fsync can take
 /// milliseconds; a `/proc` scan more).
-pub(super) async fn blocking<T, F>(work: F) -> Result<T, DriverError>
+pub(crate) async fn blocking<T, F>(work: F) -> Result<T, DriverError>
 where
     T: Send + 'static,
     F: FnOnce() -> Result<T, DriverError> + Send + 'static,

@@ -71,23 +71,23 @@ pub struct TombstoneRecord {
 
 /// The identity record of a driver directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct DriverIdentityRecord {
-    pub(super) driver_id: String,
+pub(crate) struct DriverIdentityRecord {
+    pub(crate) driver_id: String,
 }
 
 /// An exclusive lock on one sandbox; released when dropped (the file is closed).
 #[derive(Debug)]
-pub(super) struct SandboxLock {
+pub(crate) struct SandboxLock {
     _file: File,
 }
 
-pub(super) fn lock_path(sandbox_dir: &Path) -> PathBuf {
+pub(crate) fn lock_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(SANDBOX_LOCK_FILE)
 }
 
 /// Creates the sandbox directory if it does not exist, durably: its entry in the
 /// driver directory is fsynced before anything is recorded inside it.
-pub(super) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
+pub(crate) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
     match fs::create_dir(sandbox_dir) {
         Ok(()) => sync_dir(parent_of(sandbox_dir)),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -97,7 +97,7 @@ pub(super) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
 
 /// Takes the sandbox's lock, creating the sandbox directory if needed. Fails with
 /// `TimedOut` if another holder keeps it past `timeout`.
-pub(super) fn lock_sandbox(
+pub(crate) fn lock_sandbox(
     sandbox_dir: &Path,
     timeout: Duration,
     poll_interval: Duration,
@@ -166,20 +166,20 @@ pub(super) fn lock_sandbox(
 
 /// What a sandbox directory records about fencing, read in one listing of it.
 #[derive(Debug, Default)]
-pub(super) struct FencingRecords {
+pub(crate) struct FencingRecords {
     /// The highest fence recorded (by order), if any.
-    pub(super) highest: Option<Fence>,
+    pub(crate) highest: Option<Fence>,
     /// Every fence record found (the highest included): what a newer fence
     /// supersedes.
-    pub(super) fence_paths: Vec<PathBuf>,
+    pub(crate) fence_paths: Vec<PathBuf>,
     /// The tombstone, if the sandbox has one.
-    pub(super) tombstone: Option<TombstoneRecord>,
+    pub(crate) tombstone: Option<TombstoneRecord>,
 }
 
 /// Reads the sandbox's fence and tombstone records: record names (see
 /// [`fence_name`]) and, from directories written by the first fencing release,
 /// `fence.json` and `tombstone.json`. Nothing recorded if the directory is missing.
-pub(super) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
+pub(crate) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
     let mut records = FencingRecords::default();
     let entries = match fs::read_dir(sandbox_dir) {
         Ok(entries) => entries,
@@ -238,18 +238,18 @@ pub(super) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
 }
 
 /// The highest fence admitted for the sandbox, if any.
-pub(super) fn read_fence(sandbox_dir: &Path) -> io::Result<Option<Fence>> {
+pub(crate) fn read_fence(sandbox_dir: &Path) -> io::Result<Option<Fence>> {
     Ok(read_fencing(sandbox_dir)?.highest)
 }
 
 /// The sandbox's tombstone, if it has one.
-pub(super) fn read_tombstone(sandbox_dir: &Path) -> io::Result<Option<TombstoneRecord>> {
+pub(crate) fn read_tombstone(sandbox_dir: &Path) -> io::Result<Option<TombstoneRecord>> {
     Ok(read_fencing(sandbox_dir)?.tombstone)
 }
 
 /// Whether `name`, an entry of a sandbox directory, is a fencing record (or the
 /// lock): what stays of a removed sandbox.
-pub(super) fn is_fencing_entry(name: &std::ffi::OsStr) -> bool {
+pub(crate) fn is_fencing_entry(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_some_and(|name| {
         name == SANDBOX_LOCK_FILE
             || name == LEGACY_FENCE_FILE
@@ -268,7 +268,7 @@ pub(super) fn is_fencing_entry(name: &std::ffi::OsStr) -> bool {
 /// tombstone it writes, or the fence alone): a record with content would need
 /// its own fsync first, so that a crash could not leave the name without it.
 /// Hex keeps any cluster id a valid, separator-free name.
-pub(super) fn fence_name(fence: &Fence) -> String {
+pub(crate) fn fence_name(fence: &Fence) -> String {
     format!(
         "{FENCE_PREFIX}{}.{}.{}.{}",
         fence.term,
@@ -280,7 +280,7 @@ pub(super) fn fence_name(fence: &Fence) -> String {
 
 /// The name of the tombstone written by `fence` at `removed_at_unix_ms`:
 /// `tombstone.<removed at, ms>.<term>.<operation index>.<generation>.<cluster id, hex>`.
-pub(super) fn tombstone_name(fence: &Fence, removed_at_unix_ms: u64) -> String {
+pub(crate) fn tombstone_name(fence: &Fence, removed_at_unix_ms: u64) -> String {
     format!(
         "{TOMBSTONE_PREFIX}{removed_at_unix_ms}.{}.{}.{}.{}",
         fence.term,
@@ -326,7 +326,7 @@ fn parse_fence_fields(fields: &[&str], sandbox_id: &str) -> Option<Fence> {
     })
 }
 
-pub(super) fn parse_fence_name(name: &str, sandbox_id: &str) -> io::Result<Fence> {
+pub(crate) fn parse_fence_name(name: &str, sandbox_id: &str) -> io::Result<Fence> {
     let fields: Vec<&str> = name
         .strip_prefix(FENCE_PREFIX)
         .unwrap_or_default()
@@ -335,7 +335,7 @@ pub(super) fn parse_fence_name(name: &str, sandbox_id: &str) -> io::Result<Fence
     parse_fence_fields(&fields, sandbox_id).ok_or_else(|| malformed(name))
 }
 
-pub(super) fn parse_tombstone_name(name: &str, sandbox_id: &str) -> io::Result<TombstoneRecord> {
+pub(crate) fn parse_tombstone_name(name: &str, sandbox_id: &str) -> io::Result<TombstoneRecord> {
     let fields: Vec<&str> = name
         .strip_prefix(TOMBSTONE_PREFIX)
         .unwrap_or_default()
@@ -365,7 +365,7 @@ fn create_name(path: &Path) -> io::Result<()> {
 /// on, then calls [`AdmittedFence::made_durable`].
 #[must_use = "the fence is durable only once the sandbox directory is fsynced"]
 #[derive(Debug)]
-pub(super) struct AdmittedFence {
+pub(crate) struct AdmittedFence {
     superseded: Vec<PathBuf>,
 }
 
@@ -374,7 +374,7 @@ impl AdmittedFence {
     /// durable: a crash must never leave no fence at all. Not fsynced: a lower
     /// record that survives a crash is ignored beside the higher one and deleted
     /// by the next admitted fence.
-    pub(super) fn made_durable(self) {
+    pub(crate) fn made_durable(self) {
         for path in self.superseded {
             // Any failure leaves a lower record, which never decides anything.
             let _ = fs::remove_file(path);
@@ -386,7 +386,7 @@ impl AdmittedFence {
 /// Call with the sandbox's lock held; take the deciding step of the effect, fsync
 /// the sandbox directory and call [`AdmittedFence::made_durable`] before dropping
 /// it.
-pub(super) fn admit_fence(
+pub(crate) fn admit_fence(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
@@ -425,7 +425,7 @@ pub(super) fn admit_fence(
 /// Records the sandbox's tombstone (by `fence`, now) unless it has one. Call with
 /// the lock held, after [`admit_fence`]; the caller fsyncs the sandbox directory
 /// before it stops anything.
-pub(super) fn write_tombstone(
+pub(crate) fn write_tombstone(
     _lock: &SandboxLock,
     sandbox_dir: &Path,
     fence: &Fence,
@@ -439,14 +439,14 @@ pub(super) fn write_tombstone(
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock before it).
-pub(super) fn unix_ms(time: SystemTime) -> u64 {
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| {
         u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
     })
 }
 
 /// The identity of the driver directory, created (race-free) if it has none.
-pub(super) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
+pub(crate) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
     fs::create_dir_all(driver_dir)?;
     let path = driver_dir.join(DRIVER_ID_FILE);
     if read_record::<DriverIdentityRecord>(&path)?.is_none() {
@@ -460,7 +460,7 @@ pub(super) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
 }
 
 /// The identity of the driver directory; an error if it has none.
-pub(super) fn read_identity(driver_dir: &Path) -> io::Result<String> {
+pub(crate) fn read_identity(driver_dir: &Path) -> io::Result<String> {
     let path = driver_dir.join(DRIVER_ID_FILE);
     let record: DriverIdentityRecord = read_record(&path)?.ok_or_else(|| {
         io::Error::new(

@@ -27,11 +27,11 @@ pub const LOG_FILE_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// Suffix of the one rotated file kept per stream.
 pub const LOG_ROTATED_SUFFIX: &str = ".1";
 /// Bytes read from the command's pipe at a time.
-pub(super) const LOG_READ_BUFFER_BYTES: usize = 64 * 1024;
+pub(crate) const LOG_READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// An append-only log file rotated at a size cap.
 #[derive(Debug)]
-pub(super) struct RotatingLog {
+pub(crate) struct RotatingLog {
     path: PathBuf,
     rotated_path: PathBuf,
     /// `None` once the file could not be (re)opened: output is then dropped.
@@ -44,7 +44,7 @@ pub(super) struct RotatingLog {
 
 impl RotatingLog {
     /// Opens (appending) the log at `path`, rotating at `file_bytes_max` bytes.
-    pub(super) fn open(path: &Path, file_bytes_max: u64) -> io::Result<RotatingLog> {
+    pub(crate) fn open(path: &Path, file_bytes_max: u64) -> io::Result<RotatingLog> {
         assert!(file_bytes_max > 0, "a log cap of zero bytes keeps nothing");
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let file_bytes = file.metadata()?.len();
@@ -62,7 +62,7 @@ impl RotatingLog {
 
     /// Appends `bytes`, rotating whenever the current file is full, so no file ever
     /// holds more than the cap.
-    pub(super) fn append(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn append(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             if self.file_bytes >= self.file_bytes_max {
                 self.rotate();
@@ -111,7 +111,7 @@ impl RotatingLog {
 
 /// Copies `reader` into `log` until end of file (every writer closed the pipe).
 /// Returns how many bytes were read.
-pub(super) fn pump(mut reader: impl Read, log: &mut RotatingLog) -> io::Result<u64> {
+pub(crate) fn pump(mut reader: impl Read, log: &mut RotatingLog) -> io::Result<u64> {
     let mut buffer = vec![0_u8; LOG_READ_BUFFER_BYTES];
     let mut total = 0_u64;
     loop {

@@ -213,23 +213,23 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// How long the shim keeps killing and reaping leftovers after the command exits
 /// before it records the exit anyway (a process stuck in uninterruptible sleep
 /// cannot be killed; it must not keep the exit unrecorded forever).
-pub(super) const SHIM_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SHIM_SWEEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between the shim's kill-and-reap rounds.
-pub(super) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
+pub(crate) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long the shim waits, after sweeping the command's processes, for the rest of
 /// their output to reach the logs before it records the exit anyway.
-pub(super) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a driver call waits for a sandbox's lock held by another call.
-pub(super) const SANDBOX_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SANDBOX_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between attempts to take a sandbox's lock.
-pub(super) const SANDBOX_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(2);
+pub(crate) const SANDBOX_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// Default time a tombstone is kept: a week, far longer than a leader stays paused or
 /// a retry is repeated.
 pub const TOMBSTONE_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// Most rounds of "stop every execution, delete the files" one `remove` makes before
 /// it answers `Uncertain` (a round is repeated only when a shim claimed an execution
 /// while the previous one ran).
-pub(super) const REMOVE_ROUNDS_MAX: usize = 5;
+pub(crate) const REMOVE_ROUNDS_MAX: usize = 5;
 /// Longest cluster id a fence may carry: fence and tombstone records are file
 /// names holding it hex-encoded, and a name has at most 255 bytes. Cluster ids are
 /// UUIDs (36 bytes).
@@ -238,43 +238,43 @@ pub const CLUSTER_ID_BYTES_MAX: usize = 64;
 pub const SANDBOXES_COLLECTED_MAX: usize = 100_000;
 
 /// Exit code recorded for a command that was not found (shell convention).
-pub(super) const EXIT_CODE_NOT_FOUND: i32 = 127;
+pub(crate) const EXIT_CODE_NOT_FOUND: i32 = 127;
 /// Exit code recorded for a command that exists but could not be started.
-pub(super) const EXIT_CODE_NOT_EXECUTABLE: i32 = 126;
+pub(crate) const EXIT_CODE_NOT_EXECUTABLE: i32 = 126;
 /// Exit codes of signal deaths are this plus the signal number (shell convention).
-pub(super) const EXIT_CODE_SIGNAL_BASE: i32 = 128;
+pub(crate) const EXIT_CODE_SIGNAL_BASE: i32 = 128;
 
 /// The subcommand of the `palisade` binary that runs shim code.
 pub const SHIM_SUBCOMMAND: &str = "shim";
 
-pub(super) const SPEC_FILE: &str = "spec.json";
-pub(super) const SHIM_FILE: &str = "shim.json";
-pub(super) const COMMAND_FILE: &str = "command.json";
-pub(super) const REJECTED_FILE: &str = "rejected.json";
-pub(super) const EXIT_FILE: &str = "exit.json";
-pub(super) const STOP_REQUESTED_FILE: &str = "stop-requested";
-pub(super) const STDOUT_FILE: &str = "stdout.log";
-pub(super) const STDERR_FILE: &str = "stderr.log";
-pub(super) const SHIM_LOG_FILE: &str = "shim.log";
+pub(crate) const SPEC_FILE: &str = "spec.json";
+pub(crate) const SHIM_FILE: &str = "shim.json";
+pub(crate) const COMMAND_FILE: &str = "command.json";
+pub(crate) const REJECTED_FILE: &str = "rejected.json";
+pub(crate) const EXIT_FILE: &str = "exit.json";
+pub(crate) const STOP_REQUESTED_FILE: &str = "stop-requested";
+pub(crate) const STDOUT_FILE: &str = "stdout.log";
+pub(crate) const STDERR_FILE: &str = "stderr.log";
+pub(crate) const SHIM_LOG_FILE: &str = "shim.log";
 /// Under the driver directory: one persistent working directory per sandbox
 /// (`exec`). Starts with a dot, so it is never a sandbox id.
-pub(super) const WORKDIRS_DIRECTORY: &str = ".workdirs";
-pub(super) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
+pub(crate) const WORKDIRS_DIRECTORY: &str = ".workdirs";
+pub(crate) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
 /// Prefix of fence records (empty files named by the fence; see `fencing`).
-pub(super) const FENCE_PREFIX: &str = "fence.";
+pub(crate) const FENCE_PREFIX: &str = "fence.";
 /// Prefix of tombstone records (empty files named by the tombstone).
-pub(super) const TOMBSTONE_PREFIX: &str = "tombstone.";
+pub(crate) const TOMBSTONE_PREFIX: &str = "tombstone.";
 /// The fence record of the first fencing release (JSON), still honoured.
-pub(super) const LEGACY_FENCE_FILE: &str = "fence.json";
+pub(crate) const LEGACY_FENCE_FILE: &str = "fence.json";
 /// The tombstone record of the first fencing release (JSON), still honoured.
-pub(super) const LEGACY_TOMBSTONE_FILE: &str = "tombstone.json";
+pub(crate) const LEGACY_TOMBSTONE_FILE: &str = "tombstone.json";
 /// Starts with a dot, so it is never a sandbox id.
-pub(super) const DRIVER_ID_FILE: &str = ".driver-id";
+pub(crate) const DRIVER_ID_FILE: &str = ".driver-id";
 /// Prefix of execution directories under construction; never a valid sandbox id
 /// (ids may not start with a dot), so `list` cannot mistake them for executions.
-pub(super) const STAGING_PREFIX: &str = ".staging-";
+pub(crate) const STAGING_PREFIX: &str = ".staging-";
 /// How much of `shim.log` an error message quotes.
-pub(super) const SHIM_LOG_QUOTED_BYTES_MAX: u64 = 2048;
+pub(crate) const SHIM_LOG_QUOTED_BYTES_MAX: u64 = 2048;
 
 #[cfg(test)]
 mod tests {
@@ -343,6 +343,7 @@ mod tests {
             generation: 1,
             command,
             env: Default::default(),
+            ..Default::default()
         };
         assert!(validate_spec(&spec(vec![])).is_ok());
         assert!(validate_spec(&spec(vec![String::new()])).is_err());

@@ -29,16 +29,16 @@ use super::{driver::*, records::*, shim::*};
 
 /// The fields of `/proc/<pid>/stat` this driver uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ProcStat {
-    pub(super) state: u8,
-    pub(super) parent: i32,
-    pub(super) process_group: i32,
-    pub(super) session: i32,
-    pub(super) start_time: u64,
+pub(crate) struct ProcStat {
+    pub(crate) state: u8,
+    pub(crate) parent: i32,
+    pub(crate) process_group: i32,
+    pub(crate) session: i32,
+    pub(crate) start_time: u64,
 }
 
 impl ProcStat {
-    pub(super) fn is_zombie(&self) -> bool {
+    pub(crate) fn is_zombie(&self) -> bool {
         // 'X' (dead) is only ever seen transiently, on the way out.
         matches!(self.state, b'Z' | b'X')
     }
@@ -46,7 +46,7 @@ impl ProcStat {
 
 /// Parses `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
 /// parentheses, so fields are counted from the last ')'.
-pub(super) fn parse_proc_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_proc_stat(text: &str) -> Option<ProcStat> {
     let after_name = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = after_name.split_ascii_whitespace().collect();
     // fields[0] is field 3 (state); field N is fields[N - 3].
@@ -60,7 +60,7 @@ pub(super) fn parse_proc_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// `None` when no process has this pid.
-pub(super) fn read_proc_stat(pid: i32) -> io::Result<Option<ProcStat>> {
+pub(crate) fn read_proc_stat(pid: i32) -> io::Result<Option<ProcStat>> {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(text) => parse_proc_stat(&text).map(Some).ok_or_else(|| {
             io::Error::new(
@@ -79,7 +79,7 @@ pub(super) fn read_proc_stat(pid: i32) -> io::Result<Option<ProcStat>> {
     }
 }
 
-pub(super) fn boot_id() -> io::Result<&'static str> {
+pub(crate) fn boot_id() -> io::Result<&'static str> {
     static BOOT_ID: OnceLock<String> = OnceLock::new();
     if let Some(boot_id) = BOOT_ID.get() {
         return Ok(boot_id);
@@ -91,7 +91,7 @@ pub(super) fn boot_id() -> io::Result<&'static str> {
 }
 
 /// Whether the recorded process still exists: same pid, same start time, same boot.
-pub(super) fn presence(identity: &ProcessIdentity) -> io::Result<Presence> {
+pub(crate) fn presence(identity: &ProcessIdentity) -> io::Result<Presence> {
     if identity.boot_id != boot_id()? {
         return Ok(Presence::Gone);
     }
@@ -111,7 +111,7 @@ pub(super) fn presence(identity: &ProcessIdentity) -> io::Result<Presence> {
     })
 }
 
-pub(super) fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
+pub(crate) fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
     let stat = read_proc_stat(pid)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no process {pid}")))?;
     Ok(ProcessIdentity {
@@ -122,7 +122,7 @@ pub(super) fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
 }
 
 /// Every process visible in `/proc` with its stat.
-pub(super) fn processes() -> io::Result<Vec<(i32, ProcStat)>> {
+pub(crate) fn processes() -> io::Result<Vec<(i32, ProcStat)>> {
     let mut processes = Vec::new();
     for entry in fs::read_dir("/proc")? {
         let entry = entry?;
@@ -141,7 +141,7 @@ pub(super) fn processes() -> io::Result<Vec<(i32, ProcStat)>> {
 }
 
 /// kill(2); a target that no longer exists is not an error.
-pub(super) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
+pub(crate) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill has no memory-safety preconditions.
     if unsafe { libc::kill(target, signal) } == 0 {
         return Ok(());

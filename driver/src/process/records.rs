@@ -31,19 +31,19 @@ use super::{driver::*, procfs::*, shim::*};
 
 /// The shim's claim on an execution, and the execution's handle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct ShimRecord {
-    pub(super) generation: u64,
-    pub(super) pid: u32,
-    pub(super) start_time: u64,
-    pub(super) boot_id: String,
+pub(crate) struct ShimRecord {
+    pub(crate) generation: u64,
+    pub(crate) pid: u32,
+    pub(crate) start_time: u64,
+    pub(crate) boot_id: String,
     /// The identity of the driver directory the shim claimed the execution in. A
     /// record without it is not one this driver can vouch for (it fails to parse,
     /// and the execution reads as uncertain).
-    pub(super) driver_id: String,
+    pub(crate) driver_id: String,
 }
 
 impl ShimRecord {
-    pub(super) fn handle(&self) -> ExecutionHandle {
+    pub(crate) fn handle(&self) -> ExecutionHandle {
         ExecutionHandle {
             generation: self.generation,
             identity: ExecutionIdentity::Process {
@@ -55,7 +55,7 @@ impl ShimRecord {
         }
     }
 
-    pub(super) fn identity(&self) -> ProcessIdentity {
+    pub(crate) fn identity(&self) -> ProcessIdentity {
         ProcessIdentity {
             pid: self.pid,
             start_time: self.start_time,
@@ -66,29 +66,29 @@ impl ShimRecord {
 
 /// A process as the kernel names it for as long as it exists.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct ProcessIdentity {
-    pub(super) pid: u32,
-    pub(super) start_time: u64,
-    pub(super) boot_id: String,
+pub(crate) struct ProcessIdentity {
+    pub(crate) pid: u32,
+    pub(crate) start_time: u64,
+    pub(crate) boot_id: String,
 }
 
 /// How the command ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct ExitRecord {
-    pub(super) code: i32,
-    pub(super) signal: Option<i32>,
+pub(crate) struct ExitRecord {
+    pub(crate) code: i32,
+    pub(crate) signal: Option<i32>,
 }
 
 /// The command could not be started: a definite failure with no process left behind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct RejectedRecord {
-    pub(super) code: i32,
-    pub(super) message: String,
+pub(crate) struct RejectedRecord {
+    pub(crate) code: i32,
+    pub(crate) message: String,
 }
 
 /// Whether a recorded process still runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Presence {
+pub(crate) enum Presence {
     /// Running (or stopped, sleeping): the recorded process itself.
     Live,
     /// Exited but not yet reaped: still holds its pid (and process group id), so it is
@@ -103,17 +103,17 @@ pub(super) enum Presence {
 /// `exit.json` or `rejected.json` before it exits, so a shim seen gone has already
 /// written whatever it was going to write.
 #[derive(Clone, Debug)]
-pub(super) struct Observation {
-    pub(super) exists: bool,
-    pub(super) shim: Option<ShimRecord>,
-    pub(super) shim_presence: Presence,
-    pub(super) command: Option<ProcessIdentity>,
-    pub(super) command_presence: Presence,
-    pub(super) exit: Option<ExitRecord>,
-    pub(super) rejected: Option<RejectedRecord>,
+pub(crate) struct Observation {
+    pub(crate) exists: bool,
+    pub(crate) shim: Option<ShimRecord>,
+    pub(crate) shim_presence: Presence,
+    pub(crate) command: Option<ProcessIdentity>,
+    pub(crate) command_presence: Presence,
+    pub(crate) exit: Option<ExitRecord>,
+    pub(crate) rejected: Option<RejectedRecord>,
 }
 
-pub(super) fn observe(dir: &Path) -> io::Result<Observation> {
+pub(crate) fn observe(dir: &Path) -> io::Result<Observation> {
     if !dir.try_exists()? {
         return Ok(Observation {
             exists: false,
@@ -148,12 +148,12 @@ pub(super) fn observe(dir: &Path) -> io::Result<Observation> {
     })
 }
 
-pub(super) async fn observe_blocking(dir: PathBuf) -> Result<Observation, DriverError> {
+pub(crate) async fn observe_blocking(dir: PathBuf) -> Result<Observation, DriverError> {
     blocking(move || observe(&dir).map_err(|error| io_uncertain("reading", &dir, error))).await
 }
 
 impl Observation {
-    pub(super) fn status(&self) -> io::Result<ExecutionStatus> {
+    pub(crate) fn status(&self) -> io::Result<ExecutionStatus> {
         if let Some(rejected) = &self.rejected {
             return Ok(ExecutionStatus::Exited {
                 code: rejected.code,
@@ -178,7 +178,7 @@ impl Observation {
     /// The identity named by the shim's claim, when it is not `driver_id`: the
     /// execution was recorded by another driver directory, and nothing this driver
     /// sees in `/proc` says anything about it.
-    pub(super) fn recorded_by_other(&self, driver_id: &str) -> Option<&str> {
+    pub(crate) fn recorded_by_other(&self, driver_id: &str) -> Option<&str> {
         self.shim
             .as_ref()
             .filter(|shim| shim.driver_id != driver_id)
@@ -187,7 +187,7 @@ impl Observation {
 
     /// Whether processes of the execution survive a shim that died without recording
     /// the exit (killed by an operator or the OOM killer).
-    pub(super) fn has_orphans(&self) -> io::Result<bool> {
+    pub(crate) fn has_orphans(&self) -> io::Result<bool> {
         if self.shim_presence == Presence::Live || self.exit.is_some() {
             return Ok(false);
         }
@@ -201,7 +201,7 @@ impl Observation {
     /// shim died without sweeping them. The group id alone could since name a
     /// stranger's group, so a member must also be in the shim's session and have
     /// started after the shim, in the same boot.
-    pub(super) fn strays(&self) -> io::Result<Vec<i32>> {
+    pub(crate) fn strays(&self) -> io::Result<Vec<i32>> {
         let (Some(shim), Some(command)) = (&self.shim, &self.command) else {
             return Ok(Vec::new());
         };
@@ -224,7 +224,7 @@ impl Observation {
     }
 
     /// True when no process of the execution runs and the shim has finished.
-    pub(super) fn is_gone(&self) -> bool {
+    pub(crate) fn is_gone(&self) -> bool {
         if !self.exists || self.shim.is_none() {
             return true;
         }
@@ -239,7 +239,7 @@ impl Observation {
     }
 
     /// Sends `signal` to the command's process group, if it is certainly ours.
-    pub(super) fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+    pub(crate) fn signal(&self, signal: libc::c_int) -> io::Result<()> {
         let leader_group = match (&self.command, self.command_presence) {
             (Some(command), Presence::Live | Presence::Zombie) => i32::try_from(command.pid).ok(),
             _ => None,
@@ -264,7 +264,7 @@ impl Observation {
 // Files
 
 /// Reads a JSON record; `None` if it does not exist.
-pub(super) fn read_record<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
+pub(crate) fn read_record<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -287,7 +287,7 @@ pub(super) fn read_record<T: DeserializeOwned>(path: &Path) -> io::Result<Option
     })
 }
 
-pub(super) fn temporary_path(path: &Path) -> PathBuf {
+pub(crate) fn temporary_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map_or_else(OsString::new, OsStr::to_os_string);
@@ -313,19 +313,19 @@ fn sync(file: &File) -> io::Result<()> {
     file.sync_all()
 }
 
-pub(super) fn write_file_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_file_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
     file.write_all(bytes)?;
     sync(&file)
 }
 
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     sync(&File::open(dir)?)
 }
 
 /// How far a record write goes toward durability before it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Durability {
+pub(crate) enum Durability {
     /// The content and the name: fsync of the file, then of its directory.
     Durable,
     /// The content only: the name becomes durable with the next fsync of the
@@ -335,17 +335,17 @@ pub(super) enum Durability {
     ContentOnly,
 }
 
-pub(super) fn parent_of(path: &Path) -> &Path {
+pub(crate) fn parent_of(path: &Path) -> &Path {
     path.parent().unwrap_or_else(|| Path::new("."))
 }
 
 /// Writes a record atomically, replacing any previous one, durably.
-pub(super) fn write_record<T: Serialize>(path: &Path, record: &T) -> io::Result<()> {
+pub(crate) fn write_record<T: Serialize>(path: &Path, record: &T) -> io::Result<()> {
     write_record_with(path, record, Durability::Durable)
 }
 
 /// Writes a record atomically, replacing any previous one.
-pub(super) fn write_record_with<T: Serialize>(
+pub(crate) fn write_record_with<T: Serialize>(
     path: &Path,
     record: &T,
     durability: Durability,
@@ -365,12 +365,12 @@ pub(super) fn write_record_with<T: Serialize>(
 
 /// Writes a record atomically and durably unless one exists. Returns whether this
 /// call created it.
-pub(super) fn create_record<T: Serialize>(path: &Path, record: &T) -> io::Result<bool> {
+pub(crate) fn create_record<T: Serialize>(path: &Path, record: &T) -> io::Result<bool> {
     create_record_with(path, record, Durability::Durable)
 }
 
 /// Writes a record atomically unless one exists. Returns whether this call created it.
-pub(super) fn create_record_with<T: Serialize>(
+pub(crate) fn create_record_with<T: Serialize>(
     path: &Path,
     record: &T,
     durability: Durability,

@@ -135,7 +135,7 @@ pub fn run_shim(args: ShimArgs) -> i32 {
     }
 }
 
-pub(super) fn launch_shim(dir: &Path) -> io::Result<()> {
+pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
     let program = std::env::current_exe()?;
     let log = OpenOptions::new()
         .create(true)
@@ -168,7 +168,7 @@ pub(super) fn launch_shim(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-pub(super) fn idle() -> io::Result<()> {
+pub(crate) fn idle() -> io::Result<()> {
     loop {
         // SAFETY: pause has no preconditions; the default dispositions of SIGTERM and
         // SIGKILL end this process, which is the point.
@@ -179,7 +179,7 @@ pub(super) fn idle() -> io::Result<()> {
 }
 
 /// Process group the shim forwards SIGTERM, SIGINT and SIGHUP to (0: none yet).
-pub(super) static FORWARD_TO_GROUP: AtomicI32 = AtomicI32::new(0);
+pub(crate) static FORWARD_TO_GROUP: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn forward_signal(signal: libc::c_int) {
     // SAFETY: only async-signal-safe calls (kill) and errno save/restore.
@@ -197,7 +197,7 @@ extern "C" fn forward_signal(signal: libc::c_int) {
 /// the execution: forward the signal to the command's group instead of dying and
 /// leaving the command unsupervised. Handlers (unlike ignored signals) are reset by
 /// exec, so the command starts with default dispositions.
-pub(super) fn install_signal_forwarding() -> io::Result<()> {
+pub(crate) fn install_signal_forwarding() -> io::Result<()> {
     for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value, and the
         // handler is an extern "C" fn doing only async-signal-safe work.
@@ -217,7 +217,7 @@ pub(super) fn install_signal_forwarding() -> io::Result<()> {
 
 /// The shim proper: claim the execution, check it may run, start the command behind
 /// a barrier, record it, release it, wait, sweep, record the exit.
-pub(super) fn supervise(dir: &Path) -> io::Result<()> {
+pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer argument only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } != 0 {
         return Err(io::Error::last_os_error());
@@ -366,7 +366,7 @@ pub const TEST_DIE_BEFORE_RECORD_VARIABLE: &str = "PALISADE_SHIM_TEST_DIE_BEFORE
 
 /// Finds the program as `execvp` would, with `search_path` (the command's `PATH`)
 /// and relative paths taken from the command's working directory.
-pub(super) fn resolve_program(
+pub(crate) fn resolve_program(
     program: &OsStr,
     search_path: &str,
     work_dir: &Path,
@@ -421,7 +421,7 @@ fn is_executable_file(path: &Path) -> bool {
 
 /// Everything `execve` needs, allocated before the fork (the child may only make
 /// async-signal-safe calls, and allocating is not one).
-pub(super) struct PreparedExec {
+pub(crate) struct PreparedExec {
     program: CString,
     _argv: Vec<CString>,
     argv_pointers: Vec<*const libc::c_char>,
@@ -431,7 +431,7 @@ pub(super) struct PreparedExec {
 }
 
 impl PreparedExec {
-    pub(super) fn new(
+    pub(crate) fn new(
         program: &Path,
         argv: &[OsString],
         environment: &BTreeMap<&str, &str>,
@@ -471,11 +471,11 @@ impl PreparedExec {
 }
 
 /// The command's first process, forked and waiting at the barrier.
-pub(super) struct BarrierChild {
-    pub(super) pid: i32,
+pub(crate) struct BarrierChild {
+    pub(crate) pid: i32,
     /// Writing one byte lets the child exec; closing it unwritten (or dying) makes
     /// the child exit without running anything.
-    pub(super) barrier: Option<OwnedFd>,
+    pub(crate) barrier: Option<OwnedFd>,
     /// End of file once the child exec'd or died; a [`ExecFailure`] if it could not.
     status: OwnedFd,
     stdout: Option<OwnedFd>,
@@ -484,9 +484,9 @@ pub(super) struct BarrierChild {
 
 /// Why the child could not run the command, as it reported over the status pipe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ExecFailure {
-    pub(super) stage: &'static str,
-    pub(super) errno: i32,
+pub(crate) struct ExecFailure {
+    pub(crate) stage: &'static str,
+    pub(crate) errno: i32,
 }
 
 /// What the child reports before exiting when it cannot run the command.
@@ -494,12 +494,12 @@ const CHILD_STAGE_REDIRECT: i32 = 1;
 const CHILD_STAGE_CHDIR: i32 = 2;
 const CHILD_STAGE_EXEC: i32 = 3;
 /// Exit code of a child whose barrier was closed without the release byte.
-pub(super) const EXIT_CODE_BARRIER_CLOSED: i32 = 125;
+pub(crate) const EXIT_CODE_BARRIER_CLOSED: i32 = 125;
 
 impl BarrierChild {
     /// Lets the child exec and learns whether it could. `None`: it exec'd (or died
     /// on the way, which the exit status will tell).
-    pub(super) fn release(&mut self) -> Option<ExecFailure> {
+    pub(crate) fn release(&mut self) -> Option<ExecFailure> {
         if let Some(barrier) = self.barrier.take() {
             let byte = [1_u8];
             // SAFETY: writes one byte from a live buffer to a descriptor we own.
@@ -556,7 +556,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// output going to pipes this shim reads, and holds it before `execve` until
 /// [`BarrierChild::release`]. Call only while this process has one thread: after
 /// `fork` only the calling thread exists in the child.
-pub(super) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<BarrierChild> {
+pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<BarrierChild> {
     let (barrier_read, barrier_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (stdout_read, stdout_write) = pipe()?;
@@ -690,7 +690,7 @@ unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! 
 }
 
 /// Threads copying the command's stdout and stderr into their rotated logs.
-pub(super) struct OutputPumps {
+pub(crate) struct OutputPumps {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// One message per thread as it finishes, so the shim waits for the end of
     /// the output without polling (a poll would delay every exit, and so every
@@ -700,7 +700,7 @@ pub(super) struct OutputPumps {
 
 /// Starts one thread per output stream. After this the shim has threads, so it
 /// must not fork again.
-pub(super) fn start_output_pumps(child: &mut BarrierChild, dir: &Path) -> OutputPumps {
+pub(crate) fn start_output_pumps(child: &mut BarrierChild, dir: &Path) -> OutputPumps {
     let mut threads = Vec::new();
     let (finishing, finished) = std::sync::mpsc::channel();
     for (pipe, name) in [
@@ -756,7 +756,7 @@ impl Drop for FinishedOnDrop {
 
 /// Waits (bounded) for the pumps to reach end of file. A descendant that escaped the
 /// sweep may hold a pipe open forever; the exit is recorded anyway.
-pub(super) fn await_output_pumps(pumps: OutputPumps) {
+pub(crate) fn await_output_pumps(pumps: OutputPumps) {
     let deadline = Instant::now() + SHIM_OUTPUT_DRAIN_TIMEOUT;
     for _ in 0..pumps.threads.len() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -775,7 +775,7 @@ pub(super) fn await_output_pumps(pumps: OutputPumps) {
 
 /// Waits for the command's leader to exit without reaping it, reaping every other
 /// child meanwhile (orphans adopted by this subreaper) so zombies do not pile up.
-pub(super) fn wait_for_leader(leader: i32) -> io::Result<ExitRecord> {
+pub(crate) fn wait_for_leader(leader: i32) -> io::Result<ExitRecord> {
     loop {
         // SAFETY: siginfo_t is plain data; waitid fills it.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -808,7 +808,7 @@ pub(super) fn wait_for_leader(leader: i32) -> io::Result<ExitRecord> {
     }
 }
 
-pub(super) fn reap(pid: i32) {
+pub(crate) fn reap(pid: i32) {
     loop {
         // SAFETY: a null status pointer is allowed.
         let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
@@ -822,7 +822,7 @@ pub(super) fn reap(pid: i32) {
 /// subreaper as their parents die, so repeating "kill my children, reap them" walks
 /// the whole tree, including processes that left the process group. Signalling our
 /// own children is race-free: their pids stay ours until we reap them.
-pub(super) fn sweep_descendants() {
+pub(crate) fn sweep_descendants() {
     let deadline = Instant::now() + SHIM_SWEEP_TIMEOUT;
     let me = std::process::id() as i32;
     loop {

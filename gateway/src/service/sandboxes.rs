@@ -162,6 +162,7 @@ pub(super) async fn create(
         })
     })?;
     validate::spec(&spec).map_err(errors::invalid_input)?;
+    container_fields_supported(service, &spec)?;
     let labels: BTreeMap<_, _> = request.labels.into_iter().collect();
     validate::labels("labels", &labels).map_err(errors::invalid_input)?;
     let annotations: BTreeMap<_, _> = request.annotations.into_iter().collect();
@@ -195,6 +196,42 @@ pub(super) async fn create(
     service
         .sandbox_answer(settled, "being created")
         .map(Response::new)
+}
+
+/// Refuses what the cluster's driver cannot run (an image, limits, a working
+/// directory on the process driver) instead of ignoring it.
+fn container_fields_supported(
+    service: &PalisadeService,
+    spec: &palisade_lifecycle::SandboxSpec,
+) -> Result<(), Status> {
+    if service.replica.driver_runs_containers {
+        return Ok(());
+    }
+    let driver = service.replica.driver_name;
+    let asked = [
+        ("spec.image", !spec.image.is_empty(), "an image"),
+        ("spec.cpus", spec.cpu_millis != 0, "a CPU limit"),
+        (
+            "spec.memory_bytes",
+            spec.memory_bytes != 0,
+            "a memory limit",
+        ),
+        (
+            "spec.workdir",
+            !spec.workdir.is_empty(),
+            "a working directory",
+        ),
+    ];
+    match asked.iter().find(|(_, set, _)| *set) {
+        None => Ok(()),
+        Some((field, _, what)) => Err(errors::invalid_input(validate::InvalidInput {
+            field,
+            problem: format!(
+                "this cluster's compute driver ({driver}) runs host processes and cannot take \
+                 {what}; leave it out, or run the cluster with --driver docker"
+            ),
+        })),
+    }
 }
 
 pub(super) async fn get(
