@@ -115,12 +115,28 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
+    // One digest per applied index: computing it serializes the whole state
+    // under the state's read lock (apply waits for it), so callers polling
+    // an idle or slowly moving cluster share it. The cache lock is held
+    // while computing, so concurrent callers at a new index compute once.
+    let mut cached = replica
+        .state_digest
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let (state_applied_index, state_digest, cluster_id) = replica.state.read(|applied| {
-        let digest = serde_json::to_vec(&applied.state)
-            .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
-            .unwrap_or_default();
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        let digest = match &*cached {
+            Some((at, digest)) if *at == index => digest.clone(),
+            _ => {
+                let digest = serde_json::to_vec(&applied.state)
+                    .map(|bytes| hex::encode(sha2::Sha256::digest(&bytes)))
+                    .unwrap_or_default();
+                *cached = Some((index, digest.clone()));
+                digest
+            }
+        };
         (
-            applied.last_applied.map_or(0, |id| id.index),
+            index,
             digest,
             applied
                 .state
@@ -130,6 +146,7 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
                 .unwrap_or_default(),
         )
     });
+    drop(cached);
     let projection = replica.projection.as_ref().map(|projection| {
         let status = projection.status();
         v1::ProjectionStatus {
