@@ -93,7 +93,7 @@ pub struct RunArgs {
     /// is refused at once with RESOURCE_EXHAUSTED (reason OVERLOADED) and a
     /// retry delay, before anything is proposed. Health checks and peer
     /// traffic are not counted.
-    #[arg(long, default_value_t = ServerLimits::default().requests_in_flight_max,
+    #[arg(long, default_value_t = ServerLimits::default().requests_in_flight_max as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub requests_in_flight_max: u64,
     /// HTTP/2 streams one client connection may have open at once (calls

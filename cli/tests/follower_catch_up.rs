@@ -124,7 +124,9 @@ async fn pause_write_resume(
                 cluster.replica(follower).pause();
             }
         }
-        let commit = cluster_info(&leader_uri).await.map_or(0, |i| i.commit_index);
+        let commit = cluster_info(&leader_uri)
+            .await
+            .map_or(0, |i| i.commit_index);
         if commit >= start_index + ENTRIES_WHILE_PAUSED {
             break;
         }

@@ -33,7 +33,8 @@ fn cpu_seconds(pid: u32) -> f64 {
     let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
     ticks as f64 / clock_ticks_per_second()
 }
 
@@ -81,7 +82,10 @@ async fn idle_cluster_stays_idle(sandboxes: usize, idle: Duration) {
     let (leader, _) = cluster.wait_for_leader(&[1, 2, 3]).await;
     let started = Instant::now();
     create_ready_sandboxes(&cluster.replica(leader).uri(), sandboxes).await;
-    eprintln!("{sandboxes} READY sandboxes created in {:?}", started.elapsed());
+    eprintln!(
+        "{sandboxes} READY sandboxes created in {:?}",
+        started.elapsed()
+    );
     cluster.wait_caught_up(&[1, 2, 3]).await;
     // Let the last writes' after-effects (acknowledgements, a snapshot) settle.
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -40,14 +40,21 @@ async fn requests_beyond_the_in_flight_limit_are_shed_with_a_retry_delay() {
         }
     }
     assert!(served >= 1, "no request was served");
-    assert!(!shed.is_empty(), "48 concurrent writes, none shed with a limit of 1");
+    assert!(
+        !shed.is_empty(),
+        "48 concurrent writes, none shed with a limit of 1"
+    );
     for status in &shed {
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         let info = status.get_details_error_info().expect("an ErrorInfo");
         assert_eq!(info.reason, "OVERLOADED");
         assert_eq!(info.metadata["requests_in_flight_max"], "1");
         let retry = status.get_details_retry_info().expect("a RetryInfo");
-        assert!(retry.retry_delay.is_some_and(|delay| delay > Duration::ZERO));
+        assert!(
+            retry
+                .retry_delay
+                .is_some_and(|delay| delay > Duration::ZERO)
+        );
     }
     // A shed write proposed nothing: its workspace does not exist.
     let mut client = direct_client(&uri, Duration::from_secs(30)).await;

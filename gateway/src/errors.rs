@@ -46,7 +46,10 @@ pub const OVERLOADED: &str = "OVERLOADED";
 
 /// RESOURCE_EXHAUSTED, reason [`OVERLOADED`]: a request shed before it
 /// reached a handler (nothing was proposed), with a RetryInfo delay.
-pub fn overloaded(requests_in_flight_max: usize, retry_after: std::time::Duration) -> tonic::Status {
+pub fn overloaded(
+    requests_in_flight_max: usize,
+    retry_after: std::time::Duration,
+) -> tonic::Status {
     let mut details = ErrorDetails::with_error_info(
         OVERLOADED,
         ERROR_DOMAIN,

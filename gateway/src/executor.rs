@@ -358,10 +358,8 @@ impl Executor {
                 if observe_due && inspections_running.load(std::sync::atomic::Ordering::SeqCst) == 0
                 {
                     observe_due = false;
-                    let round = agenda.next_inspections(
-                        &self.state,
-                        self.config.inspections_per_round_max,
-                    );
+                    let round =
+                        agenda.next_inspections(&self.state, self.config.inspections_per_round_max);
                     for work in round {
                         if backoff_until.contains_key(&work.sandbox_id) {
                             continue;
@@ -1152,9 +1150,7 @@ impl Agenda {
                 None => sandboxes.range::<String, _>(..),
             };
             // Wrapping around: the ones up to where the last round stopped.
-            let before = start
-                .as_ref()
-                .map(|id| sandboxes.range::<String, _>(..=id));
+            let before = start.as_ref().map(|id| sandboxes.range::<String, _>(..=id));
             let mut work = Vec::new();
             let mut last = start.clone();
             for (id, sandbox) in after.chain(before.into_iter().flatten()).take(visit_max) {

@@ -750,10 +750,8 @@ where
         }
         if *self.gate.in_flight.borrow() > self.gate.requests_in_flight_max {
             drop(in_flight);
-            let refusal = crate::errors::overloaded(
-                self.gate.requests_in_flight_max,
-                OVERLOADED_RETRY_AFTER,
-            );
+            let refusal =
+                crate::errors::overloaded(self.gate.requests_in_flight_max, OVERLOADED_RETRY_AFTER);
             return Box::pin(async move { Ok(refusal.into_http()) });
         }
         let response = self.inner.call(request);

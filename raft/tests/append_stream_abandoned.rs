@@ -61,7 +61,10 @@ impl RaftPeer for SilentPeer {
         Ok(Response::new(Box::pin(futures::stream::pending())))
     }
 
-    async fn append_entries(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
+    async fn append_entries(
+        &self,
+        _: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
         Err(Status::unimplemented("silent peer"))
     }
     async fn vote(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
@@ -76,10 +79,16 @@ impl RaftPeer for SilentPeer {
     ) -> Result<Response<PeerMessage>, Status> {
         Err(Status::unimplemented("silent peer"))
     }
-    async fn transfer_leader(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
+    async fn transfer_leader(
+        &self,
+        _: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
         Err(Status::unimplemented("silent peer"))
     }
-    async fn forward_write(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
+    async fn forward_write(
+        &self,
+        _: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
         Err(Status::unimplemented("silent peer"))
     }
     async fn read_index(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
@@ -134,7 +143,11 @@ async fn a_dropped_append_stream_stops_pulling_requests() {
         matches!(first, Err(RPCError::Timeout(_))),
         "expected a timeout, got {first:?}"
     );
-    assert_eq!(received.load(Ordering::SeqCst), 1, "the peer got the request");
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        1,
+        "the peer got the request"
+    );
     // openraft gives up on the session: it drops the response side.
     drop(responses);
     let pulled_when_dropped = pulled.load(Ordering::SeqCst);
@@ -142,7 +155,8 @@ async fn a_dropped_append_stream_stops_pulling_requests() {
     // The generator has more to send (a new session would be producing
     // now): none of it may be taken by the abandoned stream.
     for _ in 0..3 {
-        let _ = tokio::time::timeout(Duration::from_millis(300), requests_tx.send(heartbeat())).await;
+        let _ =
+            tokio::time::timeout(Duration::from_millis(300), requests_tx.send(heartbeat())).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
