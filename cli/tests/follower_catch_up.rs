@@ -54,9 +54,9 @@ impl Writers {
             let (stop, thin, acknowledged) = (stop.clone(), thin.clone(), acknowledged.clone());
             tasks.push(tokio::spawn(async move {
                 let name = format!("r{round}-w{writer}");
-                while !stop.load(Ordering::Relaxed)
-                    && !(writer >= WRITERS_DURING_CATCH_UP && thin.load(Ordering::Relaxed))
-                {
+                let thinned_out =
+                    |writer: u64| writer >= WRITERS_DURING_CATCH_UP && thin.load(Ordering::Relaxed);
+                while !stop.load(Ordering::Relaxed) && !thinned_out(writer) {
                     let created = client
                         .create_workspace(v1::CreateWorkspaceRequest { name: name.clone() })
                         .await;
@@ -118,7 +118,7 @@ async fn pause_write_resume(
             // leader's replication sessions time out and start over while
             // the follower is still reading the old ones.
             stutter_step += 1;
-            if stutter_step % 4 == 0 {
+            if stutter_step.is_multiple_of(4) {
                 cluster.replica(follower).resume();
                 tokio::time::sleep(Duration::from_millis(60)).await;
                 cluster.replica(follower).pause();

@@ -1069,14 +1069,14 @@ impl Agenda {
 
     /// Adds the sandboxes changed since the last call.
     fn catch_up(&mut self, state: &StateHandle) {
-        if let Some(index) = self.caught_up_to {
-            if let Some(events) = state.events_after(index) {
-                for event in events {
-                    self.caught_up_to = Some(event.index);
-                    self.candidates.insert(event.sandbox.id);
-                }
-                return;
+        if let Some(index) = self.caught_up_to
+            && let Some(events) = state.events_after(index)
+        {
+            for event in events {
+                self.caught_up_to = Some(event.index);
+                self.candidates.insert(event.sandbox.id);
             }
+            return;
         }
         let (index, pending) = state.read(|applied| {
             let pending: Vec<String> = applied
