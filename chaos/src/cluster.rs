@@ -211,6 +211,8 @@ impl Cluster {
             data_dir: slot.data_dir.clone(),
             initial_cluster: self.initial_cluster.clone(),
             timing: self.config.timing.clone(),
+            log_policy: palisade_gateway::node::RaftLogPolicy::default(),
+            limits: palisade_gateway::node::ServerLimits::default(),
             executor: self.config.executor.clone(),
             timeouts: self.config.timeouts.clone(),
             drain_timeout: Duration::from_secs(1),

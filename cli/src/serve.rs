@@ -15,7 +15,7 @@ use palisade_driver::docker::{DockerConfig, DockerDriver, DockerTimeouts};
 use palisade_driver::noop::NoopDriver;
 use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_gateway::executor::ExecutorConfig;
-use palisade_gateway::node::{NodeConfig, RaftTiming};
+use palisade_gateway::node::{NodeConfig, RaftLogPolicy, RaftTiming, ServerLimits};
 use palisade_gateway::replica::ReplicaTimeouts;
 
 /// Flags of `palisade gateway run`.
@@ -90,6 +90,28 @@ pub struct RunArgs {
     /// Maximum election timeout, milliseconds.
     #[arg(long, default_value_t = RaftTiming::default().election_timeout_max_ms)]
     pub election_timeout_max_ms: u64,
+    /// Build a snapshot of the state every this many applied log entries.
+    #[arg(long, default_value_t = RaftLogPolicy::default().snapshot_interval_entries,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_interval_entries: u64,
+    /// Log entries already in a snapshot that stay in the log after it (the
+    /// rest is purged). A follower lagging less than this behind the last
+    /// snapshot catches up from the log, one further behind gets the
+    /// snapshot.
+    #[arg(long, default_value_t = RaftLogPolicy::default().log_kept_after_snapshot_entries)]
+    pub log_kept_after_snapshot_entries: u64,
+    /// Public API requests this replica serves at once; a request beyond it
+    /// is refused at once with RESOURCE_EXHAUSTED (reason OVERLOADED) and a
+    /// retry delay, before anything is proposed. Health checks and peer
+    /// traffic are not counted.
+    #[arg(long, default_value_t = ServerLimits::default().requests_in_flight_max as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub requests_in_flight_max: u64,
+    /// HTTP/2 streams one client connection may have open at once (calls
+    /// beyond it wait for a free stream on the client side).
+    #[arg(long, default_value_t = ServerLimits::default().streams_per_connection_max,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub streams_per_connection_max: u32,
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
@@ -353,6 +375,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         initial_cluster,
         timing,
+        log_policy: RaftLogPolicy {
+            snapshot_interval_entries: args.snapshot_interval_entries,
+            log_kept_after_snapshot_entries: args.log_kept_after_snapshot_entries,
+        },
+        limits: ServerLimits {
+            requests_in_flight_max: args.requests_in_flight_max as usize,
+            streams_per_connection_max: args.streams_per_connection_max,
+        },
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),
             receipt_retention: Duration::from_secs(args.receipt_retention_hours * 3600),

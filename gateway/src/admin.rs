@@ -115,20 +115,48 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
-    let (state_applied_index, state_digest, cluster_id) =
-        replica.state.with_encoded(|applied, encoded| {
-            let digest = hex::encode(sha2::Sha256::digest(encoded));
-            (
-                applied.last_applied.map_or(0, |id| id.index),
-                digest,
-                applied
-                    .state
-                    .cluster
-                    .as_ref()
-                    .map(|cluster| cluster.cluster_id.clone())
-                    .unwrap_or_default(),
-            )
-        });
+    // One digest per applied index: computing it serializes the whole state
+    // under the state's read lock (apply waits for it), so callers polling
+    // an idle or slowly moving cluster share it. The cache lock is held
+    // while computing, so concurrent callers at a new index compute once.
+    // A miss encodes through `with_encoded`, which also measures the state's
+    // exact size (`state_bytes`).
+    let mut cached = replica
+        .state_digest
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let cluster_id_of = |applied: &palisade_raft::state_machine::AppliedState| {
+        applied
+            .state
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.cluster_id.clone())
+            .unwrap_or_default()
+    };
+    let hit = replica.state.read(|applied| {
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        match &*cached {
+            Some((at, digest)) if *at == index => {
+                Some((index, digest.clone(), cluster_id_of(applied)))
+            }
+            _ => None,
+        }
+    });
+    let (state_applied_index, state_digest, cluster_id) = match hit {
+        Some(hit) => hit,
+        None => {
+            let computed = replica.state.with_encoded(|applied, encoded| {
+                (
+                    applied.last_applied.map_or(0, |id| id.index),
+                    hex::encode(sha2::Sha256::digest(encoded)),
+                    cluster_id_of(applied),
+                )
+            });
+            *cached = Some((computed.0, computed.1.clone()));
+            computed
+        }
+    };
+    drop(cached);
     let projection = replica.projection.as_ref().map(|projection| {
         let status = projection.status();
         v1::ProjectionStatus {

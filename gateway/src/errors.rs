@@ -40,6 +40,36 @@ pub const RESOURCE_VERSION_TOO_NEW: &str = "RESOURCE_VERSION_TOO_NEW";
 /// are no longer retained.
 pub const RESOURCE_VERSION_TOO_OLD: &str = "RESOURCE_VERSION_TOO_OLD";
 
+/// Reason: the replica already serves as many requests as its limit
+/// (`--requests-in-flight-max`) allows; retry after the RetryInfo delay.
+pub const OVERLOADED: &str = "OVERLOADED";
+
+/// RESOURCE_EXHAUSTED, reason [`OVERLOADED`]: a request shed before it
+/// reached a handler (nothing was proposed), with a RetryInfo delay.
+pub fn overloaded(
+    requests_in_flight_max: usize,
+    retry_after: std::time::Duration,
+) -> tonic::Status {
+    let mut details = ErrorDetails::with_error_info(
+        OVERLOADED,
+        ERROR_DOMAIN,
+        HashMap::from([(
+            "requests_in_flight_max".to_string(),
+            requests_in_flight_max.to_string(),
+        )]),
+    );
+    details.set_retry_info(Some(retry_after));
+    tonic::Status::with_error_details(
+        Code::ResourceExhausted,
+        format!(
+            "this replica is serving its maximum of {requests_in_flight_max} requests and took \
+             no action; retry in {} ms",
+            retry_after.as_millis()
+        ),
+        details,
+    )
+}
+
 /// `text` cut to at most [`ERROR_MESSAGE_BYTES_MAX`] bytes, on a character
 /// boundary, saying so when it was cut.
 pub fn bounded(text: String) -> String {

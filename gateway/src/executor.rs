@@ -56,6 +56,11 @@ pub struct ExecutorConfig {
     pub stop_grace: Duration,
     /// How often running executions are inspected for exits.
     pub observe_interval: Duration,
+    /// Most inspections one observe round starts. Rounds visit the READY
+    /// sandboxes in turn (by id), so with N of them each is inspected about
+    /// every `N / inspections_per_round_max` rounds; a round starts only
+    /// when the previous one finished.
+    pub inspections_per_round_max: usize,
     /// Pause before retrying an effect whose outcome was uncertain.
     pub retry_backoff: Duration,
     /// Most driver calls in flight at once.
@@ -87,6 +92,7 @@ impl Default for ExecutorConfig {
         Self {
             stop_grace: Duration::from_secs(10),
             observe_interval: Duration::from_millis(500),
+            inspections_per_round_max: 256,
             retry_backoff: Duration::from_millis(500),
             effects_in_flight_max: 64,
             tick_interval: Duration::from_secs(10),
@@ -289,70 +295,93 @@ impl Executor {
         let in_flight = self.in_flight.clone();
         let permits = Arc::new(Semaphore::new(self.config.effects_in_flight_max));
         let mut applied = self.state.subscribe();
-        let mut tasks = JoinSet::new();
+        let mut tasks: JoinSet<(String, Retry)> = JoinSet::new();
+        // The to-do list: sandboxes that may have a pending operation not
+        // yet handed to a task (new ones come from the applied changes, so
+        // the work per applied entry is O(what it changed), not O(state)).
+        let mut agenda = Agenda::default();
         // After an uncertain driver error, not again before this instant.
         let mut backoff_until: HashMap<String, tokio::time::Instant> = HashMap::new();
         let mut observe = tokio::time::interval(self.config.observe_interval);
         observe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut observe_due = false;
         let mut tick = tokio::time::interval(self.config.tick_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut reconcile = tokio::time::interval(self.config.reconcile_interval);
         reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // At most one reconciliation round at a time, aborted with the term.
         let mut reconciling: Option<tokio::task::JoinHandle<()>> = None;
+        // Inspections of the current observe round still running: a new
+        // round starts only when the last one is done, so a round can never
+        // outgrow its interval and pile up behind it.
+        let inspections_running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         self.ensure_cluster_identity(term).await;
         self.ensure_receipt_retention(term).await;
         self.ensure_quotas(term).await;
+        let mut observe_due = false;
         loop {
             if *stop.borrow() || !self.still_leads(term) {
                 break;
             }
+            // Reap every finished task (each holds its future's memory until
+            // joined), not one per wake-up.
+            while let Some(joined) = tasks.try_join_next() {
+                if let Ok((sandbox_id, retry)) = joined {
+                    if let Retry::After = retry {
+                        backoff_until.insert(
+                            sandbox_id.clone(),
+                            tokio::time::Instant::now() + self.config.retry_backoff,
+                        );
+                    }
+                    // Its operation may still be pending (or pending again).
+                    agenda.insert(sandbox_id);
+                }
+            }
             let now = tokio::time::Instant::now();
             backoff_until.retain(|_, until| *until > now);
             let may_act = self.driver_matches_cluster(term).await;
-            let work: Vec<Work> = if !may_act {
-                Vec::new()
-            } else {
-                self.state.read(|applied| {
-                    let Some(cluster) = &applied.state.cluster else {
-                        // No identity yet (ensure_cluster_identity failed or is
-                        // not applied): nothing can carry a fence.
-                        return Vec::new();
+            if may_act {
+                agenda.catch_up(&self.state);
+                let busy = |sandbox_id: &str| {
+                    backoff_until.contains_key(sandbox_id)
+                        || in_flight
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .contains(sandbox_id)
+                };
+                let ready = agenda.ready_work(&self.state, permits.available_permits(), busy);
+                for work in ready {
+                    let Some(claim) = InFlight::claim(&in_flight, &work.sandbox_id) else {
+                        // Another task holds it; its end puts it back on the agenda.
+                        continue;
                     };
-                    applied
-                        .state
-                        .sandboxes
-                        .values()
-                        .filter_map(|sandbox| {
-                            Work::for_sandbox(sandbox, &cluster.cluster_id, observe_due)
-                        })
-                        .collect()
-                })
-            };
-            observe_due = false;
-            for work in work {
-                if backoff_until.contains_key(&work.sandbox_id) {
-                    continue;
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        // Every slot busy: a finishing task wakes the loop,
+                        // and the work is still on the agenda.
+                        break;
+                    };
+                    agenda.remove(&work.sandbox_id);
+                    self.spawn_effect(&mut tasks, term, work, claim, permit, None);
                 }
-                let Some(claim) = InFlight::claim(&in_flight, &work.sandbox_id) else {
-                    continue;
-                };
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    break;
-                };
-                let this = self.clone();
-                let span = info_span!("effect", sandbox_id = %work.sandbox_id, generation = work.generation, kind = ?work.kind);
-                tasks.spawn(
-                    async move {
-                        let sandbox_id = work.sandbox_id.clone();
-                        let retry = this.perform(term, work).await;
-                        drop(claim);
-                        drop(permit);
-                        (sandbox_id, retry)
+                if observe_due && inspections_running.load(std::sync::atomic::Ordering::SeqCst) == 0
+                {
+                    observe_due = false;
+                    let round =
+                        agenda.next_inspections(&self.state, self.config.inspections_per_round_max);
+                    for work in round {
+                        if backoff_until.contains_key(&work.sandbox_id) {
+                            continue;
+                        }
+                        let Some(claim) = InFlight::claim(&in_flight, &work.sandbox_id) else {
+                            continue;
+                        };
+                        let Ok(permit) = permits.clone().try_acquire_owned() else {
+                            break;
+                        };
+                        inspections_running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let running = InspectionRunning(inspections_running.clone());
+                        self.spawn_effect(&mut tasks, term, work, claim, permit, Some(running));
                     }
-                    .instrument(span),
-                );
+                }
             }
             tokio::select! {
                 _ = stop.changed() => {}
@@ -373,8 +402,11 @@ impl Executor {
                     }
                 }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Ok((sandbox_id, Retry::After)) = joined {
-                        backoff_until.insert(sandbox_id, tokio::time::Instant::now() + self.config.retry_backoff);
+                    if let Ok((sandbox_id, retry)) = joined {
+                        if let Retry::After = retry {
+                            backoff_until.insert(sandbox_id.clone(), tokio::time::Instant::now() + self.config.retry_backoff);
+                        }
+                        agenda.insert(sandbox_id);
                     }
                 }
             }
@@ -396,6 +428,32 @@ impl Executor {
         }
         self.set_blocked(None);
         debug!("executor loop ended");
+    }
+
+    /// Runs `work` as a task of `tasks`, holding its claim, its permit and,
+    /// for an inspection, its place in the observe round until it ends.
+    fn spawn_effect(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<(String, Retry)>,
+        term: u64,
+        work: Work,
+        claim: InFlight,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        inspection: Option<InspectionRunning>,
+    ) {
+        let this = self.clone();
+        let span = info_span!("effect", sandbox_id = %work.sandbox_id, generation = work.generation, kind = ?work.kind);
+        tasks.spawn(
+            async move {
+                let sandbox_id = work.sandbox_id.clone();
+                let retry = this.perform(term, work).await;
+                drop(claim);
+                drop(permit);
+                drop(inspection);
+                (sandbox_id, retry)
+            }
+            .instrument(span),
+        );
     }
 
     /// The first leader chooses the cluster's identity (the execution-token
@@ -1001,6 +1059,143 @@ impl Drop for InFlight {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(&self.sandbox_id);
+    }
+}
+
+/// Counts one running inspection of the current observe round; released
+/// when the task ends or is aborted.
+struct InspectionRunning(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InspectionRunning {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The executor's to-do list, kept up to date from the applied sandbox
+/// changes ([`StateHandle::events_after`]) so that an applied entry costs
+/// O(sandboxes it changed), and an idle cluster costs nothing. A full scan
+/// happens only at the start of a term, or when the executor fell further
+/// behind than the retained changes.
+#[derive(Default)]
+struct Agenda {
+    /// The index of the last applied change reflected here (`None`: scan
+    /// the whole state first).
+    caught_up_to: Option<u64>,
+    /// Sandboxes that may have a pending operation not yet handed to a task.
+    candidates: std::collections::BTreeSet<String>,
+    /// The last sandbox id the previous observe round visited.
+    inspected_up_to: Option<String>,
+}
+
+impl Agenda {
+    fn insert(&mut self, sandbox_id: String) {
+        self.candidates.insert(sandbox_id);
+    }
+
+    fn remove(&mut self, sandbox_id: &str) {
+        self.candidates.remove(sandbox_id);
+    }
+
+    /// Adds the sandboxes changed since the last call.
+    fn catch_up(&mut self, state: &StateHandle) {
+        if let Some(index) = self.caught_up_to
+            && let Some(events) = state.events_after(index)
+        {
+            for event in events {
+                self.caught_up_to = Some(event.index);
+                self.candidates.insert(event.sandbox.id);
+            }
+            return;
+        }
+        let (index, pending) = state.read(|applied| {
+            let pending: Vec<String> = applied
+                .state
+                .sandboxes
+                .values()
+                .filter(|sandbox| sandbox.operation.is_some())
+                .map(|sandbox| sandbox.id.clone())
+                .collect();
+            (applied.last_applied.map_or(0, |id| id.index), pending)
+        });
+        self.candidates.extend(pending);
+        self.caught_up_to = Some(index);
+    }
+
+    /// The pending operations of up to `limit` candidates not `busy`;
+    /// candidates with no pending operation leave the agenda.
+    fn ready_work(
+        &mut self,
+        state: &StateHandle,
+        limit: usize,
+        busy: impl Fn(&str) -> bool,
+    ) -> Vec<Work> {
+        if limit == 0 || self.candidates.is_empty() {
+            return Vec::new();
+        }
+        let mut settled = Vec::new();
+        let work = state.read(|applied| {
+            let Some(cluster) = &applied.state.cluster else {
+                return Vec::new();
+            };
+            let mut work = Vec::new();
+            for sandbox_id in &self.candidates {
+                if work.len() == limit {
+                    break;
+                }
+                match applied.state.sandboxes.get(sandbox_id) {
+                    Some(sandbox) if sandbox.operation.is_some() => {
+                        if !busy(sandbox_id) {
+                            work.extend(Work::for_sandbox(sandbox, &cluster.cluster_id, false));
+                        }
+                    }
+                    _ => settled.push(sandbox_id.clone()),
+                }
+            }
+            work
+        });
+        for sandbox_id in settled {
+            self.candidates.remove(&sandbox_id);
+        }
+        work
+    }
+
+    /// The next observe round: up to `count` READY sandboxes without a
+    /// pending operation, after the ones the previous round visited
+    /// (wrapping around). Looks at no more than four times `count`
+    /// sandboxes, so a round's cost is bounded whatever the state's size.
+    fn next_inspections(&mut self, state: &StateHandle, count: usize) -> Vec<Work> {
+        let visit_max = count.saturating_mul(4);
+        let start = self.inspected_up_to.clone();
+        let (work, last) = state.read(|applied| {
+            let Some(cluster) = &applied.state.cluster else {
+                return (Vec::new(), None);
+            };
+            let sandboxes = &applied.state.sandboxes;
+            let after = match &start {
+                Some(id) => sandboxes.range::<String, _>((
+                    std::ops::Bound::Excluded(id),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => sandboxes.range::<String, _>(..),
+            };
+            // Wrapping around: the ones up to where the last round stopped.
+            let before = start.as_ref().map(|id| sandboxes.range::<String, _>(..=id));
+            let mut work = Vec::new();
+            let mut last = start.clone();
+            for (id, sandbox) in after.chain(before.into_iter().flatten()).take(visit_max) {
+                if work.len() == count {
+                    break;
+                }
+                last = Some(id.clone());
+                if sandbox.operation.is_none() && sandbox.phase == SandboxPhase::Ready {
+                    work.extend(Work::for_sandbox(sandbox, &cluster.cluster_id, true));
+                }
+            }
+            (work, last)
+        });
+        self.inspected_up_to = last;
+        work
     }
 }
 

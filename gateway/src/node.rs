@@ -80,6 +80,51 @@ impl Default for RaftTiming {
     }
 }
 
+/// When a replica snapshots its state and how much of the log it keeps
+/// behind a snapshot, in log entries.
+///
+/// A follower that lags less than `log_kept_after_snapshot_entries` behind
+/// the last snapshot catches up from the log; one further behind is sent
+/// the snapshot. Small values make snapshots and purges frequent (tests
+/// use them to exercise both paths); the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct RaftLogPolicy {
+    /// A snapshot is built once this many entries were applied since the last one.
+    pub snapshot_interval_entries: u64,
+    /// Entries already in a snapshot that are kept in the log (the rest is purged).
+    pub log_kept_after_snapshot_entries: u64,
+}
+
+impl Default for RaftLogPolicy {
+    fn default() -> Self {
+        Self {
+            snapshot_interval_entries: 5_000,
+            // A follower installing a large snapshot still needs the logs after it.
+            log_kept_after_snapshot_entries: 2_000,
+        }
+    }
+}
+
+/// Server limits, each enforced in one place.
+#[derive(Debug, Clone)]
+pub struct ServerLimits {
+    /// Public API requests one replica serves at once (the drain gate sheds
+    /// the excess with RESOURCE_EXHAUSTED, reason OVERLOADED).
+    pub requests_in_flight_max: usize,
+    /// HTTP/2 streams one client connection may have open at once
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; peer replication included).
+    pub streams_per_connection_max: u32,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            requests_in_flight_max: 1_024,
+            streams_per_connection_max: 256,
+        }
+    }
+}
+
 /// Everything a replica needs to run.
 pub struct NodeConfig {
     /// This replica's node id (unique in the cluster, never reused).
@@ -95,6 +140,10 @@ pub struct NodeConfig {
     pub initial_cluster: BTreeMap<NodeId, String>,
     /// Raft timing.
     pub timing: RaftTiming,
+    /// Snapshot and purge thresholds.
+    pub log_policy: RaftLogPolicy,
+    /// Server limits.
+    pub limits: ServerLimits,
     /// Executor tuning.
     pub executor: ExecutorConfig,
     /// Request-path timeouts.
@@ -207,17 +256,21 @@ pub enum NodeError {
     Projection(String),
 }
 
-/// Builds the openraft config from the timing.
-pub fn raft_config(timing: &RaftTiming) -> Result<openraft::Config, NodeError> {
+/// Builds the openraft config from the timing and the log policy.
+pub fn raft_config(
+    timing: &RaftTiming,
+    log_policy: &RaftLogPolicy,
+) -> Result<openraft::Config, NodeError> {
     let config = openraft::Config {
         cluster_name: "palisade".to_string(),
         heartbeat_interval: timing.heartbeat_ms,
         election_timeout_min: timing.election_timeout_min_ms,
         election_timeout_max: timing.election_timeout_max_ms,
         enable_pre_vote: Some(true),
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5_000),
-        // A follower installing a large snapshot still needs the logs after it.
-        max_in_snapshot_log_to_keep: 2_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
+            log_policy.snapshot_interval_entries,
+        ),
+        max_in_snapshot_log_to_keep: log_policy.log_kept_after_snapshot_entries,
         ..Default::default()
     };
     config
@@ -334,7 +387,7 @@ pub async fn run_with_hooks(
         state_machine = state_machine.with_fault_points(node_id, fault_points.clone());
     }
     let state = state_machine.handle();
-    let raft_config = Arc::new(raft_config(&config.timing)?);
+    let raft_config = Arc::new(raft_config(&config.timing, &config.log_policy)?);
     let peers =
         PeerClients::new(node_id).with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone());
     let network = peers.network_factory();
@@ -401,6 +454,7 @@ pub async fn run_with_hooks(
         projection: projection
             .as_ref()
             .map(|running| running.projection.clone()),
+        state_digest: Arc::default(),
     };
     if let Some(on_started) = &hooks.on_started {
         on_started(RunningNode {
@@ -419,8 +473,9 @@ pub async fn run_with_hooks(
         .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?;
     info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let gate = DrainGate::new();
+    let gate = DrainGate::new(config.limits.requests_in_flight_max);
     let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.limits.streams_per_connection_max))
         .add_service(health_service)
         .add_service(gate.guard(crate::edge::single_message(
             PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
@@ -596,14 +651,22 @@ const SERVER_CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 struct DrainGate {
     /// Set once, when shutdown begins. Atomic: checked on every request.
     closed: Arc<AtomicBool>,
+    /// Load shedding: a request arriving while this many are in flight is
+    /// refused at once with RESOURCE_EXHAUSTED (reason OVERLOADED, a
+    /// RetryInfo delay), before it reaches a handler.
+    requests_in_flight_max: usize,
     /// Requests in flight; a `watch` so shutdown can wait for zero.
     in_flight: Arc<watch::Sender<usize>>,
 }
 
+/// The retry delay a shed request is given (RetryInfo).
+pub const OVERLOADED_RETRY_AFTER: Duration = Duration::from_millis(200);
+
 impl DrainGate {
-    fn new() -> Self {
+    fn new(requests_in_flight_max: usize) -> Self {
         Self {
             closed: Arc::new(AtomicBool::new(false)),
+            requests_in_flight_max,
             in_flight: Arc::new(watch::Sender::new(0)),
         }
     }
@@ -687,6 +750,12 @@ where
                 crate::errors::SHUTTING_DOWN,
                 "this replica is shutting down and took no action; retry on another replica",
             );
+            return Box::pin(async move { Ok(refusal.into_http()) });
+        }
+        if *self.gate.in_flight.borrow() > self.gate.requests_in_flight_max {
+            drop(in_flight);
+            let refusal =
+                crate::errors::overloaded(self.gate.requests_in_flight_max, OVERLOADED_RETRY_AFTER);
             return Box::pin(async move { Ok(refusal.into_http()) });
         }
         let response = self.inner.call(request);

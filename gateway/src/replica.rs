@@ -22,6 +22,7 @@
 //! that could not even be sent, is retried here, at the leader known next.
 
 use openraft::async_runtime::WatchReceiver as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ReadPolicy;
@@ -88,6 +89,11 @@ pub struct Replica {
     pub driver_runs_containers: bool,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub projection: Option<palisade_projection::Projection>,
+    /// The applied state's digest, computed once per applied index
+    /// (`GetClusterInfo`): (applied index, hex SHA-256). Serializing and
+    /// hashing the whole state holds the state's read lock, which apply
+    /// waits for; a `std` mutex, never held across an await.
+    pub state_digest: Arc<std::sync::Mutex<Option<(u64, String)>>>,
 }
 
 /// How long to wait before asking again who leads, while an election runs.

@@ -127,6 +127,8 @@ impl TestReplica {
             data_dir: dir.path().join("node-1"),
             initial_cluster: BTreeMap::from([(1, address.clone())]),
             timing: RaftTiming::default(),
+            log_policy: palisade_gateway::node::RaftLogPolicy::default(),
+            limits: palisade_gateway::node::ServerLimits::default(),
             executor: ExecutorConfig {
                 tick_interval: Duration::from_secs(24 * 3600),
                 ..ExecutorConfig::default()

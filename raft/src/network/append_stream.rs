@@ -14,7 +14,7 @@ use openraft::network::RPCOption;
 use openraft::raft::{AppendEntriesRequest, StreamAppendResult};
 use openraft::{OptionalSend, RPCTypes};
 use palisade_proto::peer::PeerMessage;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tonic::Status;
 
 use super::channels::link_verdict;
@@ -54,7 +54,21 @@ impl PeerClient {
             let Some(first) = input.next().await else {
                 return Ok(Box::pin(futures::stream::empty()) as BoxStream<'s, _>);
             };
-            let input = futures::stream::once(futures::future::ready(first)).chain(input);
+            // The request side ends as soon as openraft lets go of the
+            // response side. hyper keeps polling a request body after its
+            // response body was dropped (it only resets the stream when the
+            // response future itself is cancelled), and every poll runs
+            // openraft's request generator, whose state (what to send next)
+            // is shared with the NEXT session to this peer. An abandoned
+            // stream left running would keep pulling entries for the old
+            // session, advance the new session's position past what the
+            // peer received on the new stream, and keep reading (and after
+            // a purge, re-reading an empty, purged range every 10 ms) for as
+            // long as the connection lives: the "stuck follower" of issue 13.
+            let (abandoned_tx, abandoned_rx) = oneshot::channel::<()>();
+            let input = futures::stream::once(futures::future::ready(first))
+                .chain(input)
+                .take_until(abandoned_rx);
             let deadline = option.soft_ttl();
             let mut client = self.client()?;
             if let LinkVerdict::Drop | LinkVerdict::DropReply =
@@ -122,6 +136,7 @@ impl PeerClient {
             };
 
             let reader = AppendResponses {
+                _abandoned: abandoned_tx,
                 peer: self.peer.clone(),
                 responses,
                 progress: progress_rx,
@@ -184,6 +199,9 @@ struct RequestProgress {
 
 /// The response side of a `StreamAppend`, with its progress deadline.
 struct AppendResponses {
+    /// Dropped with the response side: ends the request side (see
+    /// `start_append_stream`).
+    _abandoned: oneshot::Sender<()>,
     peer: Peer,
     responses: tonic::Streaming<PeerMessage>,
     progress: watch::Receiver<RequestProgress>,
