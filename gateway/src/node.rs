@@ -444,8 +444,9 @@ pub async fn run_with_hooks(
     // function returns, whichever way).
     let (_metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     if let Some(listener) = metrics_listener {
-        let address = listener.local_addr().ok();
-        info!(node = node_id, metrics_listen = ?address, "serving /metrics and the status page");
+        if let Ok(address) = listener.local_addr() {
+            info!(node = node_id, metrics_listen = %address, "serving /metrics and the status page");
+        }
         let source = Arc::new(crate::observe::ReplicaSource {
             replica: replica.clone(),
             executor: executor.clone(),

@@ -30,7 +30,7 @@ use crate::observe::LeaderHistory;
 use crate::replica::Replica;
 
 /// Seconds between the page's reloads.
-pub const REFRESH_SECONDS: u64 = 2;
+pub const REFRESH_SECONDS: u64 = 1;
 
 /// How long the page waits for each member's answer.
 const MEMBER_ANSWER_TIMEOUT: Duration = Duration::from_secs(1);

@@ -539,9 +539,11 @@ mod tests {
                 })
                 .map(|sample| sample.value.clone())
         };
+        // The parser reads an OpenMetrics counter's `_total` sample as
+        // untyped; its value is what counts.
         assert_eq!(
             value("palisade_raft_leader_changes_total", None),
-            Some(prometheus_parse::Value::Counter(1.0))
+            Some(prometheus_parse::Value::Untyped(1.0))
         );
         assert_eq!(
             value("palisade_raft_leader", Some(("node_id", "2"))),
