@@ -703,7 +703,14 @@ async fn the_status_page_renders_in_chromium_and_follows_a_new_leader() {
     let _ = std::fs::remove_file(&screenshot);
     let shot = headless(&chromium, profile.path())
         .arg(format!("--screenshot={}", screenshot.display()))
-        .args(["--window-size=1280,900", &url])
+        // Virtual time: the shot is taken once the page settled, before
+        // its 1 s reload could start (Chromium is slow on a loaded machine).
+        .args([
+            "--window-size=1280,1000",
+            "--run-all-compositor-stages-before-draw",
+            "--virtual-time-budget=500",
+            &url,
+        ])
         .output()
         .await
         .unwrap();
