@@ -10,7 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     // Decode errors become INVALID_ARGUMENT with an ErrorInfo (src/codec.rs).
+    // The descriptor set feeds gRPC server reflection (`tonic-reflection`),
+    // so generic clients can list and call the services without the files.
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("palisade_descriptor.bin"))
         .codec_path("crate::codec::PalisadeCodec")
         .compile_protos(&protos, &["."])?;
     Ok(())

@@ -217,6 +217,7 @@ impl Cluster {
             timeouts: self.config.timeouts.clone(),
             drain_timeout: Duration::from_secs(1),
             postgres_url: self.config.postgres_url.clone(),
+            metrics_listen: None,
         };
         let node: Arc<Mutex<Option<RunningNode>>> = Arc::default();
         let handed_over = node.clone();

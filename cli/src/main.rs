@@ -5,6 +5,7 @@ use clap::Parser;
 use palisade_cli::commands::{
     ChaosCommand, Cli, Command, GatewayCommand, report_error, run_client,
 };
+use palisade_cli::serve::LogFormat;
 use palisade_driver::process::run_shim_if_requested;
 
 fn main() {
@@ -16,12 +17,16 @@ fn main() {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Up(_) | Command::Gateway(_));
     let chaos = matches!(cli.command, Command::Chaos(_));
+    let format = match &cli.command {
+        Command::Gateway(GatewayCommand::Run(args)) => args.log_format,
+        _ => LogFormat::Text,
+    };
     if server {
-        init_tracing("info,openraft=warn");
+        init_tracing("info,openraft=warn", format);
     } else if chaos {
         // Replica logs are noisy under faults: only errors unless
         // `PALISADE_LOG` says otherwise.
-        init_tracing("error");
+        init_tracing("error", format);
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -51,14 +56,24 @@ fn main() {
     std::process::exit(code);
 }
 
-fn init_tracing(default_filter: &str) {
+fn init_tracing(default_filter: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    match format {
+        // One object per line, with the current span and its parents, so
+        // each line carries the request's trace id (`span.trace_id`).
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
         // Log files get plain text; a terminal gets colour.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }

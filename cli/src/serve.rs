@@ -164,6 +164,25 @@ pub struct RunArgs {
     /// there is no projection and no PostgreSQL is needed.
     #[arg(long, env = "PALISADE_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// Serve Prometheus metrics on http://ADDR/metrics and this replica's
+    /// status page on http://ADDR/ (HOST:PORT, e.g. 127.0.0.1:9101; plain
+    /// HTTP, separate from the gRPC port). Without it neither is served.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log line format on stderr: `text` (human-readable) or `json` (one
+    /// JSON object per line, with the fields of its spans, e.g. the
+    /// request's `trace_id`). The level is set by PALISADE_LOG.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The log formats of `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the current span and its parents.
+    Json,
 }
 
 /// The compute drivers `palisade gateway run --driver` offers.
@@ -398,6 +417,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         timeouts: ReplicaTimeouts::default(),
         drain_timeout: Duration::from_secs(args.drain_seconds),
         postgres_url: args.postgres_url.clone(),
+        metrics_listen: args.metrics_listen,
     };
     #[cfg(feature = "test-hooks")]
     if let Some(dir) = std::env::var_os(palisade_testkit::gate::GATE_DIR_ENV) {

@@ -119,6 +119,8 @@ pub struct Executor {
     /// `Begin*` entry committed, right before the driver call and after the
     /// effect (before `Complete*` is proposed). Unset in production.
     fault_points: OnceLock<Arc<dyn FaultPoints>>,
+    /// Effect latency and driver errors (`--metrics-listen`); set once.
+    metrics: OnceLock<Arc<palisade_metrics::Metrics>>,
     /// Sandboxes with an effect task alive, whatever term started it: one
     /// effect per sandbox at a time, executor-wide and across terms. `std`
     /// mutex: held for an insert or a remove, never across an await.
@@ -188,6 +190,7 @@ impl Executor {
             config,
             running: Mutex::new(None),
             fault_points: OnceLock::new(),
+            metrics: OnceLock::new(),
             in_flight: Arc::default(),
             reconciler: Mutex::default(),
             blocked: Mutex::new(None),
@@ -198,6 +201,49 @@ impl Executor {
     /// [`Executor::lead`]. A second call is ignored.
     pub fn set_fault_points(&self, fault_points: Arc<dyn FaultPoints>) {
         let _ = self.fault_points.set(fault_points);
+    }
+
+    /// Records effect latency and driver errors into `metrics`. A second
+    /// call is ignored.
+    pub fn set_metrics(&self, metrics: Arc<palisade_metrics::Metrics>) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    /// Sandboxes with an effect being performed now.
+    pub fn effects_in_flight(&self) -> usize {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
+    /// A bounded driver call for `operation`, measured: its latency by
+    /// operation and driver, and its failure by kind.
+    async fn effect<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        let started = tokio::time::Instant::now();
+        let result = self.bounded(call).await;
+        if let Some(metrics) = self.metrics.get() {
+            metrics.effect_observed(
+                operation,
+                self.driver.name(),
+                started.elapsed().as_secs_f64(),
+            );
+            if let Err(error) = &result {
+                let kind = if error.is_fenced() {
+                    "fenced"
+                } else if error.is_definite_no_effect() {
+                    "rejected"
+                } else {
+                    "uncertain"
+                };
+                metrics.driver_error(operation, kind);
+            }
+        }
+        result
     }
 
     async fn fault_point(&self, point: FaultPoint) {
@@ -442,7 +488,28 @@ impl Executor {
         inspection: Option<InspectionRunning>,
     ) {
         let this = self.clone();
-        let span = info_span!("effect", sandbox_id = %work.sandbox_id, generation = work.generation, kind = ?work.kind);
+        // The trace of the request that asked for this effect, if this
+        // replica saw it ([`palisade_metrics::trace`]).
+        let (trace, trace_origin) = match work
+            .request_ids
+            .iter()
+            .find_map(|request_id| palisade_metrics::trace::recall(request_id))
+        {
+            Some(context) => (context, "request"),
+            None => (
+                palisade_metrics::trace::TraceContext::new_root(),
+                "executor",
+            ),
+        };
+        let span = info_span!(
+            "effect",
+            trace_id = %trace.trace_id,
+            trace_origin,
+            node_id = self.node_id,
+            sandbox_id = %work.sandbox_id,
+            generation = work.generation,
+            kind = ?work.kind
+        );
         tasks.spawn(
             async move {
                 let sandbox_id = work.sandbox_id.clone();
@@ -849,7 +916,12 @@ impl Executor {
                     memory_bytes: work.spec.memory_bytes,
                     workdir: work.spec.workdir,
                 };
-                let result = match self.bounded(driver.launch(&spec, &fence)).await {
+                let operation = if work.kind == Some(OperationKind::Create) {
+                    "create"
+                } else {
+                    "start"
+                };
+                let result = match self.effect(operation, driver.launch(&spec, &fence)).await {
                     Ok(handle) => LaunchResult::Running {
                         handle: handle.to_string(),
                         driver: driver.name().to_string(),
@@ -876,7 +948,10 @@ impl Executor {
             }
             Some(OperationKind::Stop) => {
                 let stopped = self
-                    .bounded(driver.stop(&sandbox_id, generation, self.config.stop_grace, &fence))
+                    .effect(
+                        "stop",
+                        driver.stop(&sandbox_id, generation, self.config.stop_grace, &fence),
+                    )
                     .await;
                 if let Err(error) = &stopped
                     && error.is_fenced()
@@ -908,8 +983,11 @@ impl Executor {
                 .await
             }
             Some(OperationKind::Delete) => {
-                match self.bounded(driver.remove(&sandbox_id, &fence)).await {
-                    Ok(()) => {}
+                match self
+                    .effect("delete", driver.remove(&sandbox_id, &fence))
+                    .await
+                {
+                    Ok(()) => debug!("effect performed: execution removed"),
                     Err(error) if error.is_fenced() => return fenced_out(&error),
                     Err(error) => {
                         warn!(%error, "removal not confirmed; will retry");
@@ -919,7 +997,10 @@ impl Executor {
                 self.complete(term, Command::CompleteDelete { sandbox_id, of })
                     .await
             }
-            None => match self.bounded(driver.inspect(&sandbox_id, generation)).await {
+            None => match self
+                .effect("inspect", driver.inspect(&sandbox_id, generation))
+                .await
+            {
                 Ok(ExecutionStatus::Exited { code }) => {
                     self.complete(
                         term,
@@ -1212,6 +1293,8 @@ struct Work {
     bound_to: u64,
     /// What to run (for launches).
     spec: palisade_lifecycle::SandboxSpec,
+    /// The requests waiting on the operation: their trace is the effect's.
+    request_ids: Vec<String>,
 }
 
 impl Work {
@@ -1234,6 +1317,11 @@ impl Work {
             kind,
             bound_to,
             spec: sandbox.spec.clone(),
+            request_ids: sandbox
+                .operation
+                .as_ref()
+                .map(|operation| operation.request_ids.clone())
+                .unwrap_or_default(),
         })
     }
 }

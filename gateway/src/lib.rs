@@ -77,6 +77,10 @@
 //! - [`errors`]: statuses with `google.rpc.ErrorInfo` reasons.
 //! - [`token`]: attested execution tokens.
 //! - [`convert`]: core types <-> API messages.
+//! - [`observe`]: the replica's metrics glue (log timings, the Raft
+//!   watcher, gauges read at scrape time) for `--metrics-listen`.
+//! - [`status_page`]: the HTML status page served on `/` of
+//!   `--metrics-listen`.
 //! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled
 //!   in only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
@@ -88,9 +92,11 @@ pub mod errors;
 pub mod executor;
 pub mod founding;
 pub mod node;
+pub mod observe;
 pub mod planted;
 pub mod projection;
 pub mod reconcile;
 pub mod replica;
 pub mod service;
+pub mod status_page;
 pub mod token;

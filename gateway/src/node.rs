@@ -27,6 +27,8 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use palisade_lifecycle::limits::REQUEST_BYTES_MAX;
+use palisade_metrics::Metrics;
+use palisade_metrics::rpc::Observed;
 use palisade_proto::v1::cluster_admin_server::ClusterAdminServer;
 use palisade_proto::v1::palisade_server::PalisadeServer;
 use palisade_raft::hooks::{FaultPoints, LinkFaults};
@@ -152,6 +154,9 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub postgres_url: Option<String>,
+    /// Where to serve `/metrics` and the status page (`--metrics-listen`);
+    /// `None`: not served (the metrics are still kept).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Why a replica could not start or stopped serving. Each message says what
@@ -371,6 +376,16 @@ pub async fn run_with_hooks(
 ) -> Result<(), NodeError> {
     let node_id = config.node_id;
     claim_data_dir(&config.data_dir, node_id)?;
+    // Bound first, so a taken port fails the start, not a later scrape.
+    let metrics_listener = match config.metrics_listen {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .map_err(|source| NodeError::Listen { address, source })?,
+        ),
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new(config.postgres_url.is_some()));
     let members_heard = MembersHeard::open(&config.data_dir)?;
     let log_store =
         LogStore::<TypeConfig>::open(config.data_dir.join("raft-log")).map_err(|error| {
@@ -379,10 +394,12 @@ pub async fn run_with_hooks(
                 message: error.to_string(),
             }
         })?;
+    log_store.set_timings(Arc::new(crate::observe::LogTimings(metrics.log.clone())));
     // Projection: the projector reads the log through its own reader.
     let log_reader = log_store.reader();
     let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
-        .map_err(NodeError::SnapshotStore)?;
+        .map_err(NodeError::SnapshotStore)?
+        .with_metrics(metrics.raft.clone());
     if let Some(fault_points) = &hooks.fault_points {
         state_machine = state_machine.with_fault_points(node_id, fault_points.clone());
     }
@@ -416,6 +433,14 @@ pub async fn run_with_hooks(
     if let Some(fault_points) = &hooks.fault_points {
         executor.set_fault_points(fault_points.clone());
     }
+    executor.set_metrics(metrics.clone());
+    let leader_history = crate::observe::LeaderHistory::default();
+    let raft_watcher = crate::observe::spawn_raft_watcher(
+        raft.clone(),
+        node_id,
+        metrics.clone(),
+        leader_history.clone(),
+    );
     let on_lead = executor.clone();
     let on_step_down = executor.clone();
     let _leader_watch = raft.on_leader_change(
@@ -455,6 +480,7 @@ pub async fn run_with_hooks(
             .as_ref()
             .map(|running| running.projection.clone()),
         state_digest: Arc::default(),
+        metrics: metrics.clone(),
     };
     if let Some(on_started) = &hooks.on_started {
         on_started(RunningNode {
@@ -472,17 +498,49 @@ pub async fn run_with_hooks(
         .local_addr()
         .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?;
     info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
+    // The metrics listener stops when this sender is dropped (this
+    // function returns, whichever way).
+    let (_metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(listener) = metrics_listener {
+        if let Ok(address) = listener.local_addr() {
+            info!(node = node_id, metrics_listen = %address, "serving /metrics and the status page");
+        }
+        let source = Arc::new(crate::observe::ReplicaSource {
+            replica: replica.clone(),
+            executor: executor.clone(),
+            history: leader_history.clone(),
+        });
+        tokio::spawn(palisade_metrics::http::serve(
+            listener,
+            metrics.clone(),
+            source,
+            async move {
+                let _ = metrics_stopped.await;
+            },
+        ));
+    }
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let gate = DrainGate::new(config.limits.requests_in_flight_max);
+    let gate = DrainGate::new(config.limits.requests_in_flight_max, metrics.clone());
+    let (reflection_v1, reflection_v1alpha) = reflection_services()?;
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(config.limits.streams_per_connection_max))
         .add_service(health_service)
-        .add_service(gate.guard(crate::edge::single_message(
-            PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
-        )))
-        .add_service(crate::edge::single_message(
-            ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
-                .max_decoding_message_size(REQUEST_BYTES_MAX),
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(Observed::new(
+            gate.guard(crate::edge::single_message(
+                PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
+            )),
+            metrics.clone(),
+            node_id,
+        ))
+        .add_service(Observed::new(
+            crate::edge::single_message(
+                ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
+                    .max_decoding_message_size(REQUEST_BYTES_MAX),
+            ),
+            metrics.clone(),
+            node_id,
         ))
         .add_service(PeerService::new(raft.clone()).into_server())
         // TCP_NODELAY on every accepted connection: without it a small
@@ -500,6 +558,7 @@ pub async fn run_with_hooks(
         () = shutdown => {}
         result = &mut server => {
             members_heard_recorder.abort();
+            raft_watcher.abort();
             executor.step_down();
             if let Some(projection) = projection {
                 projection.stop().await;
@@ -535,6 +594,7 @@ pub async fn run_with_hooks(
         server.abort();
     }
     members_heard_recorder.abort();
+    raft_watcher.abort();
     executor.step_down();
     if let Some(projection) = projection {
         projection.stop().await;
@@ -544,6 +604,46 @@ pub async fn run_with_hooks(
     }
     info!(node = node_id, "stopped");
     Ok(())
+}
+
+/// The public services gRPC server reflection lists: generic clients
+/// (grpcurl, Postman, evans) discover and call these without the .proto
+/// files. The internal peer service is left out on purpose: it is not an
+/// API, and its messages are opaque payloads.
+pub const REFLECTED_SERVICES: [&str; 3] = [
+    "palisade.v1.Palisade",
+    "palisade.v1.ClusterAdmin",
+    "grpc.health.v1.Health",
+];
+
+/// gRPC server reflection, both protocol versions: `v1` (grpcurl, current
+/// clients) and `v1alpha` (older clients, Python's `grpcio-reflection`).
+fn reflection_services() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    NodeError,
+> {
+    let builder = || {
+        REFLECTED_SERVICES.iter().fold(
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(palisade_proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET),
+            |builder, service| builder.with_service_name(*service),
+        )
+    };
+    let failed = |error: tonic_reflection::server::Error| {
+        NodeError::Server(format!("cannot build the reflection service: {error}"))
+    };
+    Ok((
+        builder().build_v1().map_err(failed)?,
+        builder().build_v1alpha().map_err(failed)?,
+    ))
 }
 
 /// Initializes the cluster if this node's storage has never been
@@ -657,17 +757,20 @@ struct DrainGate {
     requests_in_flight_max: usize,
     /// Requests in flight; a `watch` so shutdown can wait for zero.
     in_flight: Arc<watch::Sender<usize>>,
+    /// Counts the refusals (shed requests).
+    metrics: Arc<Metrics>,
 }
 
 /// The retry delay a shed request is given (RetryInfo).
 pub const OVERLOADED_RETRY_AFTER: Duration = Duration::from_millis(200);
 
 impl DrainGate {
-    fn new(requests_in_flight_max: usize) -> Self {
+    fn new(requests_in_flight_max: usize, metrics: Arc<Metrics>) -> Self {
         Self {
             closed: Arc::new(AtomicBool::new(false)),
             requests_in_flight_max,
             in_flight: Arc::new(watch::Sender::new(0)),
+            metrics,
         }
     }
 
@@ -746,6 +849,7 @@ where
         let in_flight = InFlight::enter(&self.gate.in_flight);
         if self.gate.closed.load(Ordering::SeqCst) {
             drop(in_flight);
+            self.gate.metrics.request_shed("shutting_down");
             let refusal = crate::errors::unavailable(
                 crate::errors::SHUTTING_DOWN,
                 "this replica is shutting down and took no action; retry on another replica",

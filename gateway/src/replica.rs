@@ -94,6 +94,8 @@ pub struct Replica {
     /// hashing the whole state holds the state's read lock, which apply
     /// waits for; a `std` mutex, never held across an await.
     pub state_digest: Arc<std::sync::Mutex<Option<(u64, String)>>>,
+    /// This replica's metrics ([`palisade_metrics`]).
+    pub metrics: std::sync::Arc<palisade_metrics::Metrics>,
 }
 
 /// How long to wait before asking again who leads, while an election runs.
@@ -162,8 +164,37 @@ impl Replica {
 
     /// Proposes `command` and waits until it is committed and applied on the
     /// leader. Waits through elections up to the propose timeout.
+    ///
+    /// The request's trace context (if it runs in one) is remembered by
+    /// request id, for the applied command's and the effect's log lines
+    /// ([`palisade_metrics::trace`]); a failure is counted by reason.
     pub async fn propose(&self, command: Command) -> Result<Proposed, tonic::Status> {
         self.check_state_budget(&command)?;
+        let context = palisade_metrics::trace::current();
+        if let (Some(request), Some(context)) = (command.request(), &context) {
+            palisade_metrics::trace::remember(&request.id, context);
+        }
+        let name = command.name();
+        let proposed = self.propose_untraced(command).await;
+        match &proposed {
+            Ok(proposed) => tracing::debug!(
+                command = name,
+                index = proposed.index,
+                forwarded = proposed.proposed_as_leader_in.is_none(),
+                "command committed and applied"
+            ),
+            Err(status) => {
+                let reason = errors::reason_of(status)
+                    .unwrap_or_else(|| format!("{:?}", status.code()))
+                    .to_ascii_lowercase();
+                tracing::debug!(command = name, %reason, "proposal failed");
+                self.metrics.proposal_failed(&reason);
+            }
+        }
+        proposed
+    }
+
+    async fn propose_untraced(&self, command: Command) -> Result<Proposed, tonic::Status> {
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());

@@ -362,6 +362,18 @@ impl Command {
         self
     }
 
+    /// The client request a `Begin*` command carries (its id keys the
+    /// receipt); `None` for every other command.
+    pub fn request(&self) -> Option<&RequestMeta> {
+        match self {
+            Command::BeginCreate { request, .. }
+            | Command::BeginStop { request, .. }
+            | Command::BeginStart { request, .. }
+            | Command::BeginDelete { request, .. } => Some(request),
+            _ => None,
+        }
+    }
+
     /// Short name for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {

@@ -22,3 +22,9 @@ pub mod peer {
 
 /// The gRPC error domain of every `google.rpc.ErrorInfo` Palisade returns.
 pub const ERROR_DOMAIN: &str = "palisade.dev";
+
+/// The encoded `FileDescriptorSet` of every `.proto` file compiled here,
+/// for gRPC server reflection. It also describes the internal peer
+/// service; the server lists only the public services (see
+/// `palisade_gateway::node`).
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("palisade_descriptor");

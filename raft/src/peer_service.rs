@@ -416,14 +416,47 @@ impl RaftPeer for PeerService {
         &self,
         request: Request<PeerMessage>,
     ) -> Result<Response<PeerMessage>, Status> {
+        let traceparent = request
+            .metadata()
+            .get(palisade_metrics::trace::TRACEPARENT)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
         let (from, command) = self.open::<Command>(request).await?;
-        tracing::debug!(
+        // The request's trace, from the replica that took it (or a new one
+        // if it sent none): the applied command's and the effect's lines
+        // on this leader carry it ([`palisade_metrics::trace`]).
+        let context =
+            palisade_metrics::trace::TraceContext::from_header_or_new(traceparent.as_deref());
+        if let Some(request) = command.request() {
+            palisade_metrics::trace::remember(&request.id, &context);
+        }
+        let span = tracing::info_span!(
+            "forwarded_write",
+            trace_id = %context.trace_id,
             node_id = self.node_id(),
             from_node = from,
             command = command.name(),
-            "forwarded write"
         );
-        let reply: ForwardWriteReply = self.raft.client_write(command).await;
+        let raft = self.raft.clone();
+        let reply: ForwardWriteReply = palisade_metrics::trace::scope(
+            context,
+            tracing::Instrument::instrument(
+                async move {
+                    tracing::debug!("forwarded write received");
+                    let reply = raft.client_write(command).await;
+                    match &reply {
+                        Ok(written) => tracing::debug!(
+                            index = written.log_id.index,
+                            "forwarded write committed and applied"
+                        ),
+                        Err(error) => tracing::debug!(%error, "forwarded write not committed"),
+                    }
+                    reply
+                },
+                span,
+            ),
+        )
+        .await;
         Ok(self.reply(from, &reply))
     }
 

@@ -257,6 +257,8 @@ pub struct LifecycleStateMachine {
     /// Test and chaos hook, awaited before a snapshot is installed
     /// ([`crate::hooks`]); `None` in production.
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
+    /// Apply latency and committed proposals (`--metrics-listen`).
+    metrics: Option<palisade_metrics::RaftMetrics>,
 }
 
 impl LifecycleStateMachine {
@@ -307,6 +309,7 @@ impl LifecycleStateMachine {
             }),
             snapshots: Arc::new(snapshots),
             fault_points: None,
+            metrics: None,
         })
     }
 
@@ -318,6 +321,12 @@ impl LifecycleStateMachine {
         fault_points: Arc<dyn FaultPoints>,
     ) -> Self {
         self.fault_points = Some((node_id, fault_points));
+        self
+    }
+
+    /// Records apply latency and committed proposals into `metrics`.
+    pub fn with_metrics(mut self, metrics: palisade_metrics::RaftMetrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -485,6 +494,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             }
                             _ => None,
                         };
+                        let started = std::time::Instant::now();
                         let response =
                             palisade_lifecycle::apply(&mut guard.state, position, command);
                         // Under the write lock: see `StateHandle::with_encoded`.
@@ -492,6 +502,25 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             .bytes
                             .grown
                             .fetch_add(encoded_bytes(command), Ordering::Relaxed);
+                        if let Some(metrics) = &self.metrics {
+                            metrics
+                                .apply_seconds
+                                .observe(started.elapsed().as_secs_f64());
+                            metrics.proposals_committed.inc();
+                        }
+                        if let Some(request) = command.request()
+                            && let Some(context) = palisade_metrics::trace::recall(&request.id)
+                        {
+                            // Only the replicas that saw the request know its
+                            // trace: the one that took it and the leader.
+                            tracing::debug!(
+                                trace_id = %context.trace_id,
+                                index = log_id.index,
+                                command = command.name(),
+                                request_id = %request.id,
+                                "command applied"
+                            );
+                        }
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
                         response
                     }

@@ -52,6 +52,7 @@ pub use error::RecordKey;
 pub use log_store::LOG_FILE_NAME;
 pub use log_store::LogReader;
 pub use log_store::LogStore;
+pub use log_store::LogTimings;
 pub use log_store::READ_BATCH_BYTES_MAX;
 pub use snapshot_files::SNAPSHOT_FILE_NAME;
 pub use snapshot_files::Saved;

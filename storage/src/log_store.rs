@@ -103,6 +103,19 @@ const META_FORMAT: &str = "format";
 struct Shared {
     db: Database,
     path: PathBuf,
+    /// Where write timings go (`--metrics-listen`); set once, unset in
+    /// tests and tools.
+    timings: std::sync::OnceLock<Arc<dyn LogTimings>>,
+}
+
+/// Receives the timings of the log's writes, for metrics. Called on the
+/// blocking pool, right after each write: keep it to an atomic update.
+pub trait LogTimings: Send + Sync {
+    /// A batch of entries was appended durably (encode, write, fsync).
+    fn appended(&self, elapsed: std::time::Duration);
+    /// A write transaction was committed durably (the fsync), whatever it
+    /// wrote (entries, vote, truncation, purge).
+    fn committed(&self, elapsed: std::time::Duration);
 }
 
 /// The durable Raft log of one replica. Implements [`RaftLogStorage`].
@@ -187,7 +200,11 @@ impl<C: RaftTypeConfig> LogStore<C> {
         // The file may have just been created: make its directory entry durable.
         sync_directory(dir)?;
 
-        let shared = Arc::new(Shared { db, path });
+        let shared = Arc::new(Shared {
+            db,
+            path,
+            timings: std::sync::OnceLock::new(),
+        });
         initialize(&shared)?;
         let store = LogStore {
             reader: LogReader {
@@ -203,6 +220,12 @@ impl<C: RaftTypeConfig> LogStore<C> {
             "opened the Raft log"
         );
         Ok(store)
+    }
+
+    /// Reports the timings of every later write to `timings`. A second
+    /// call is ignored.
+    pub fn set_timings(&self, timings: Arc<dyn LogTimings>) {
+        let _ = self.reader.shared.timings.set(timings);
     }
 
     /// The database file.
@@ -459,7 +482,15 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
             return Ok(());
         }
         let reader = self.reader();
-        run_blocking::<C, _>(move || append_entries::<C>(&reader.shared, &entries)).await?;
+        run_blocking::<C, _>(move || {
+            let started = std::time::Instant::now();
+            append_entries::<C>(&reader.shared, &entries)?;
+            if let Some(timings) = reader.shared.timings.get() {
+                timings.appended(started.elapsed());
+            }
+            Ok(())
+        })
+        .await?;
         // Committed with Durability::Immediate: the entries are on disk.
         callback.io_completed(Ok(()));
         Ok(())
@@ -594,7 +625,11 @@ fn write<T>(
         .map_err(LogStoreError::database(operation))?;
     match body(&txn) {
         Ok(value) => {
+            let started = std::time::Instant::now();
             txn.commit().map_err(LogStoreError::database(operation))?;
+            if let Some(timings) = shared.timings.get() {
+                timings.committed(started.elapsed());
+            }
             Ok(value)
         }
         Err(error) => {

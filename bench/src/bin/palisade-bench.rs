@@ -96,6 +96,16 @@ struct Args {
     /// `--replica-arg=--election-timeout-min-ms=300` (repeatable).
     #[arg(long = "replica-arg", allow_hyphen_values = true)]
     replica_args: Vec<String>,
+    /// Run every replica with `--metrics-listen` (each on a free port) and
+    /// scrape all three `/metrics` every --scrape-interval-ms while the
+    /// benchmark runs: compare with a run without it for the cost of the
+    /// metrics.
+    #[arg(long)]
+    metrics: bool,
+    /// Milliseconds between scrapes with --metrics (Prometheus' default
+    /// is 15 s; the default here is pessimistic).
+    #[arg(long, default_value_t = 1000, requires = "metrics")]
+    scrape_interval_ms: u64,
 }
 
 /// The compute drivers the benchmark can run.
@@ -150,7 +160,40 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         }
     }
     gateway_args.extend(args.replica_args.iter().cloned());
-    let mut cluster = start_cluster(palisade, &root, gateway_args)?;
+    let mut cluster = if args.metrics {
+        let mut spec = palisade_testkit::ClusterSpec::new(palisade, REPLICAS)
+            .gateway_args(gateway_args)
+            .log_filter(&palisade_bench::replica_log_filter());
+        spec.root = Some(root.clone());
+        let mut cluster = LocalCluster::prepare(spec)?;
+        for replica in &mut cluster.replicas {
+            let port = palisade_testkit::ports::free_port()?;
+            replica
+                .extra_args
+                .extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+        }
+        cluster.start_all()?;
+        cluster
+    } else {
+        start_cluster(palisade, &root, gateway_args)?
+    };
+    let scraper = args.metrics.then(|| {
+        let addresses: Vec<String> = cluster
+            .replicas
+            .iter()
+            .filter_map(|replica| {
+                let at = replica
+                    .extra_args
+                    .iter()
+                    .position(|arg| arg == "--metrics-listen")?;
+                replica.extra_args.get(at + 1).cloned()
+            })
+            .collect();
+        tokio::spawn(scrape_forever(
+            addresses,
+            Duration::from_millis(args.scrape_interval_ms),
+        ))
+    });
     let leader = wait_ready(&cluster).await?;
     println!(
         "palisade-bench: {REPLICAS} replicas ({} driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",
@@ -174,6 +217,13 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         }
     }
     print_table(&table);
+    if let Some(scraper) = &scraper {
+        println!(
+            "metrics: every replica served /metrics, scraped every {} ms",
+            args.scrape_interval_ms
+        );
+        scraper.abort();
+    }
 
     let mut trials = Vec::new();
     for trial in 1..=args.failover_trials {
@@ -198,6 +248,27 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+/// Scrapes `GET /metrics` of every address every `interval` (HTTP/1.0,
+/// read to the end), as a Prometheus server would; failures are ignored
+/// (a replica may be down during the failover trials).
+async fn scrape_forever(addresses: Vec<String>, interval: Duration) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        ticks.tick().await;
+        for address in &addresses {
+            let Ok(mut stream) = tokio::net::TcpStream::connect(address).await else {
+                continue;
+            };
+            let request = format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
+            if stream.write_all(request.as_bytes()).await.is_ok() {
+                let mut answer = Vec::new();
+                let _ = stream.read_to_end(&mut answer).await;
+            }
+        }
+    }
 }
 
 /// Results of one operation at one concurrency level.

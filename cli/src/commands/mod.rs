@@ -144,7 +144,18 @@ pub enum WorkspaceCommand {
 pub enum ClusterCommand {
     /// Show each replica's view: leader, term, commit and applied index,
     /// and how far it lags the leader.
-    Status,
+    Status {
+        /// Keep refreshing the view in place (the screen is cleared and
+        /// redrawn; with -o json, one JSON document per refresh) until
+        /// interrupted with Ctrl-C. An unreachable cluster is shown as such
+        /// and watched on.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between refreshes with --watch.
+        #[arg(long, default_value_t = 2, requires = "watch",
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        interval_seconds: u64,
+    },
     /// Add a replica as a learner (it replicates the log but does not
     /// vote); returns once it caught up. Start it first with
     /// `palisade gateway run --node-id ID --listen ADDRESS --data-dir DIR`
@@ -375,7 +386,14 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Policy(command) => owned::policy(&mut client, &workspace, output, command).await,
         Command::Workspace(command) => workspace_command(&mut client, output, command).await,
-        Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
+        Command::Cluster(ClusterCommand::Status {
+            watch: false,
+            interval_seconds: _,
+        }) => cluster_status(&endpoints, output).await,
+        Command::Cluster(ClusterCommand::Status {
+            watch: true,
+            interval_seconds,
+        }) => watch_cluster_status(&endpoints, output, interval_seconds).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
@@ -482,6 +500,55 @@ async fn workspace_command(
         }
     }
     Ok(())
+}
+
+/// ANSI: cursor home, then clear the screen (what `watch(1)` does).
+const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
+
+/// `cluster status --watch`: redraws the view every `interval_seconds`
+/// until Ctrl-C. A round where no endpoint answered shows the error and
+/// the watch goes on: watching a cluster come back is the point.
+async fn watch_cluster_status(
+    endpoints: &[String],
+    output: Output,
+    interval_seconds: u64,
+) -> anyhow::Result<()> {
+    let interval = std::time::Duration::from_secs(interval_seconds);
+    loop {
+        if output == Output::Table {
+            print!("{CLEAR_SCREEN}");
+        }
+        let started = std::time::Instant::now();
+        if let Err(error) = cluster_status(endpoints, output).await {
+            println!("no replica answered: {error:#}");
+        }
+        if output == Output::Table {
+            println!(
+                "\nEvery {interval_seconds}s ({} UTC). Ctrl-C to stop.",
+                utc_now()
+            );
+        }
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        tokio::select! {
+            _ = tokio::time::sleep(interval.saturating_sub(started.elapsed())) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+/// The wall clock as HH:MM:SS, UTC.
+fn utc_now() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    let of_day = seconds % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
 }
 
 /// `cluster status`: asks every endpoint for its own view, so a replica
@@ -778,7 +845,7 @@ async fn cluster_change(
                 .await?,
             format!("node {node_id} now leads"),
         ),
-        ClusterCommand::Status => unreachable!("status is handled by cluster_status"),
+        ClusterCommand::Status { .. } => unreachable!("status is handled by cluster_status"),
         ClusterCommand::Reconcile { dry_run } => {
             return cluster_reconcile(client, output, dry_run).await;
         }

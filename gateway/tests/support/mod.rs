@@ -136,6 +136,7 @@ impl TestReplica {
             timeouts: ReplicaTimeouts::default(),
             drain_timeout: Duration::from_secs(1),
             postgres_url: None,
+            metrics_listen: None,
         };
         let (started, running) = oneshot::channel::<RunningNode>();
         let started = Mutex::new(Some(started));

@@ -73,6 +73,15 @@ impl PeerClients {
             payload: encode(&command),
         });
         request.set_timeout(timeout);
+        // The request's trace goes with it, so the leader's lines carry it.
+        if let Some(context) = palisade_metrics::trace::current()
+            && let Ok(value) = context.child_header().parse()
+        {
+            request
+                .metadata_mut()
+                .insert(palisade_metrics::trace::TRACEPARENT, value);
+            tracing::debug!(trace_id = %context.trace_id, leader, command = command.name(), "forwarding the write to the leader");
+        }
         let reply = match tokio::time::timeout(timeout, client.forward_write(request)).await {
             Err(_elapsed) => {
                 return Err(ForwardError::Timeout {

@@ -1,0 +1,235 @@
+//! What ties a replica to its metrics ([`palisade_metrics`]): the log
+//! store's timings, a watcher of Raft's own metrics (term, leader, leader
+//! changes, commit index, the leader history the status page shows), and
+//! the gauges read from the state when a scrape comes in.
+//!
+//! Raft's metrics are watched, not polled: openraft publishes them on a
+//! `watch` channel, and a leader change between two scrapes must still be
+//! counted. The watcher only copies a few numbers per change and touches
+//! the per-member leader gauges only when the leader or the membership
+//! changed, so a busy leader's frequent updates cost a few atomic stores.
+
+use openraft::async_runtime::WatchReceiver as _;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use palisade_metrics::Metrics;
+use palisade_raft::{NodeId, Raft};
+use tonic::codegen::BoxFuture;
+
+use crate::executor::Executor;
+use crate::replica::Replica;
+
+/// Feeds the log store's write timings into the metrics.
+pub struct LogTimings(pub palisade_metrics::LogMetrics);
+
+impl palisade_storage::LogTimings for LogTimings {
+    fn appended(&self, elapsed: Duration) {
+        self.0.append_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    fn committed(&self, elapsed: Duration) {
+        self.0.fsync_seconds.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// How many leader changes the status page remembers.
+pub const LEADER_HISTORY_MAX: usize = 32;
+
+/// One change of leader, as this replica saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderChange {
+    /// Wall-clock time this replica learned of it (ms since the epoch).
+    pub seen_at_ms: i64,
+    /// The new leader's term.
+    pub term: u64,
+    /// The new leader.
+    pub leader: NodeId,
+}
+
+/// The last [`LEADER_HISTORY_MAX`] leader changes, oldest first.
+/// `std::sync::Mutex`: pushed to by the watcher, read by the page; never
+/// held across an await.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderHistory(Arc<Mutex<VecDeque<LeaderChange>>>);
+
+impl LeaderHistory {
+    fn push(&self, change: LeaderChange) {
+        let mut history = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if history.len() == LEADER_HISTORY_MAX {
+            history.pop_front();
+        }
+        history.push_back(change);
+    }
+
+    /// The changes, oldest first.
+    pub fn changes(&self) -> Vec<LeaderChange> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+/// Watches Raft's metrics until Raft stops: term, commit index, leader
+/// gauges, leader changes and the leader history.
+pub fn spawn_raft_watcher(
+    raft: Raft,
+    node_id: NodeId,
+    metrics: Arc<Metrics>,
+    history: LeaderHistory,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut receiver = raft.metrics();
+        // The last leader known (a change to "no leader" is not a change:
+        // an election that re-elects the same node changed nothing).
+        let mut last_leader: Option<NodeId> = None;
+        let mut last_members: BTreeSet<NodeId> = BTreeSet::new();
+        let mut last_shown: Option<Option<NodeId>> = None;
+        loop {
+            {
+                let watched = receiver.borrow_watched();
+                metrics.raft.term.set(watched.current_term as i64);
+                metrics
+                    .raft
+                    .commit_index
+                    .set(watched.local_committed.map_or(0, |id| id.index) as i64);
+                metrics
+                    .raft
+                    .is_leader
+                    .set(i64::from(watched.current_leader == Some(node_id)));
+                if let Some(leader) = watched.current_leader
+                    && last_leader != Some(leader)
+                {
+                    last_leader = Some(leader);
+                    metrics.raft.leader_changes.inc();
+                    history.push(LeaderChange {
+                        seen_at_ms: now_ms(),
+                        term: watched.current_term,
+                        leader,
+                    });
+                }
+                let members: BTreeSet<NodeId> = watched
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, _)| *id)
+                    .collect();
+                if last_shown != Some(watched.current_leader) || members != last_members {
+                    metrics.set_leader(watched.current_leader, members.iter().copied());
+                    last_shown = Some(watched.current_leader);
+                    last_members = members;
+                }
+            }
+            if receiver.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Counts in `counter` up to `total` (a running total kept elsewhere).
+fn count_up_to(
+    counter: &palisade_metrics::prometheus_client::metrics::counter::Counter,
+    total: u64,
+) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
+    }
+}
+
+/// Counts bytes written, for the state's serialized size.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The replica as the metrics listener sees it.
+pub struct ReplicaSource {
+    /// The replica.
+    pub replica: Replica,
+    /// Its executor.
+    pub executor: Arc<Executor>,
+    /// Leader changes this replica saw.
+    pub history: LeaderHistory,
+}
+
+impl palisade_metrics::http::Source for ReplicaSource {
+    fn refresh(&self, metrics: &Metrics) {
+        let replica = &self.replica;
+        metrics
+            .raft
+            .applied_index
+            .set(replica.state.applied_index() as i64);
+        // One pass under the read lock; serializing the state (its size)
+        // is O(state), acceptable at scrape intervals.
+        let (receipts, sandboxes, pending, bytes) = replica.state.read(|applied| {
+            let mut count = ByteCount(0);
+            let _ = serde_json::to_writer(&mut count, &applied.state);
+            (
+                applied.state.receipts.len(),
+                applied.state.sandboxes.len(),
+                applied
+                    .state
+                    .sandboxes
+                    .values()
+                    .filter(|sandbox| sandbox.operation.is_some())
+                    .count(),
+                count.0,
+            )
+        });
+        metrics.state.receipts.set(receipts as i64);
+        metrics.state.sandboxes.set(sandboxes as i64);
+        metrics.state.bytes.set(bytes as i64);
+        // Only the leader's executor has a queue: what is pending and not
+        // already being performed.
+        let queue = if replica.leading_term().is_some() {
+            pending.saturating_sub(self.executor.effects_in_flight())
+        } else {
+            0
+        };
+        metrics.executor.queue_depth.set(queue as i64);
+        let (found, reaped) = self.executor.orphan_counts();
+        count_up_to(&metrics.executor.orphans_found, found);
+        count_up_to(&metrics.executor.orphans_reaped, reaped);
+        if let Some(projection) = &replica.projection {
+            let status = projection.status();
+            metrics
+                .projection
+                .lag_entries
+                .set(status.lag_entries as i64);
+            metrics
+                .projection
+                .lag_seconds
+                .set(status.lag_ms as f64 / 1000.0);
+        }
+    }
+
+    fn status_page(&self) -> BoxFuture<String, std::convert::Infallible> {
+        let replica = self.replica.clone();
+        let executor = self.executor.clone();
+        let history = self.history.clone();
+        Box::pin(async move { Ok(crate::status_page::render(&replica, &executor, &history).await) })
+    }
+}
