@@ -16,7 +16,9 @@
 //! - [`client`]: the multi-endpoint client (failover, request ids kept
 //!   across its own retries) that the commands and other Rust tools use.
 //! - [`serve`]: `palisade gateway run`, one replica.
-//! - [`up`]: `palisade up`, a local cluster.
+//! - [`up`]: `palisade up`, a local cluster, supervised (a replica that
+//!   dies is restarted).
+//! - [`fail_stop`]: every panic in a server command aborts the process.
 //!
 //! The hidden `palisade shim ...` is dispatched in `main` before anything
 //! else starts (see `palisade_driver::process::shim`).
@@ -24,5 +26,6 @@
 
 pub mod client;
 pub mod commands;
+pub mod fail_stop;
 pub mod serve;
 pub mod up;

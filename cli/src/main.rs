@@ -17,6 +17,7 @@ fn main() {
     let server = matches!(cli.command, Command::Up(_) | Command::Gateway(_));
     let chaos = matches!(cli.command, Command::Chaos(_));
     if server {
+        palisade_cli::fail_stop::install();
         init_tracing("info,openraft=warn");
     } else if chaos {
         // Replica logs are noisy under faults: only errors unless

@@ -8,10 +8,19 @@
 //! atomically by [`palisade_storage::SnapshotFiles`]. Every applied index is
 //! published on a `watch` channel so request handlers and the effect
 //! executor wake up when the state moves.
+//!
+//! Fail-stop: a panic while the state is being changed leaves it
+//! half-applied and its lock poisoned. In a server that panic already ended
+//! the process (`panic = "abort"` in release builds, the server's panic
+//! hook in every build); where it did not (a replica inside a test
+//! process), nothing may go on from that state: readers panic with
+//! [`POISONED`] instead of reading it, and apply, snapshot builds and
+//! installs fail with a storage error, which stops Raft (`Fatal`), which
+//! stops the replica (`palisade_gateway::node`).
 
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::StreamExt;
 use openraft::entry::RaftEntry;
@@ -100,6 +109,21 @@ impl EventLog {
     }
 }
 
+/// Why the applied state may not be used: see the module doc.
+pub const POISONED: &str = "the applied state is poisoned: a panic happened while a log entry was \
+     being applied, so the state may be half-applied; this replica must stop (fail-stop) and be \
+     restarted, which rebuilds the state from its snapshot and log";
+
+/// Readers of a poisoned state: fail loudly (see the module doc).
+fn poisoned<T>(_: PoisonError<T>) -> T {
+    panic!("{POISONED}")
+}
+
+/// Writers of a poisoned state: a storage error, which stops Raft.
+fn poisoned_io<T>(_: PoisonError<T>) -> io::Error {
+    io::Error::other(POISONED)
+}
+
 struct Shared {
     applied: RwLock<AppliedState>,
     /// Recent sandbox changes; its own lock so watchers never hold up reads.
@@ -117,12 +141,14 @@ pub struct StateHandle {
 impl StateHandle {
     /// Runs `read` on the applied state. Keep it short: apply waits for it.
     pub fn read<T>(&self, read: impl FnOnce(&AppliedState) -> T) -> T {
-        let guard = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = self.shared.applied.read().unwrap_or_else(poisoned);
         read(&guard)
+    }
+
+    /// Whether a panic left the applied state half-applied (see the module
+    /// doc): the replica cannot serve correctly any more.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.applied.is_poisoned() || self.shared.events.is_poisoned()
     }
 
     /// Index of the last applied log entry (0 before any).
@@ -140,7 +166,7 @@ impl StateHandle {
         self.shared
             .events
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(poisoned)
             .after(index)
     }
 
@@ -156,8 +182,8 @@ impl StateHandle {
 pub struct LifecycleStateMachine {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
-    /// Test and chaos hook, awaited before a snapshot is installed
-    /// ([`crate::hooks`]); `None` in production.
+    /// Test and chaos hook, awaited before a snapshot is installed and
+    /// called inside apply ([`crate::hooks`]); `None` in production.
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
 }
 
@@ -204,7 +230,8 @@ impl LifecycleStateMachine {
     }
 
     /// Awaits `fault_points` (as node `node_id`) before installing each
-    /// snapshot. For tests and the chaos harness.
+    /// snapshot, and calls [`FaultPoints::applying`] inside apply.
+    /// For tests and the chaos harness.
     pub fn with_fault_points(
         mut self,
         node_id: NodeId,
@@ -221,11 +248,8 @@ impl LifecycleStateMachine {
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
-        self.shared
-            .applied
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn write(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, AppliedState>> {
+        self.shared.applied.write().map_err(poisoned_io)
     }
 }
 
@@ -279,12 +303,8 @@ pub struct LifecycleSnapshotBuilder {
 
 impl LifecycleSnapshotBuilder {
     /// The state to snapshot: a copy taken under the read lock.
-    fn copy(&self) -> AppliedState {
-        self.shared
-            .applied
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+    fn copy(&self) -> io::Result<AppliedState> {
+        Ok(self.shared.applied.read().map_err(poisoned_io)?.clone())
     }
 
     /// Serializes `copy` and saves it, unless a newer snapshot was put in
@@ -321,7 +341,7 @@ impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let copy = self.copy();
+        let copy = self.copy()?;
         self.persist(copy).await
     }
 }
@@ -331,8 +351,8 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
     type SnapshotBuilder = LifecycleSnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        let guard = self.handle();
-        Ok(guard.read(|applied| (applied.last_applied, applied.membership.clone())))
+        let applied = self.shared.applied.read().map_err(poisoned_io)?;
+        Ok((applied.last_applied, applied.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -347,7 +367,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             let log_id = entry.log_id();
             let mut event = None;
             let response = {
-                let mut guard = self.write();
+                let mut guard = self.write()?;
                 let response = match &entry.payload {
                     EntryPayload::Normal(command) => {
                         let position = LogPosition {
@@ -363,6 +383,9 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                         };
                         let response =
                             palisade_lifecycle::apply(&mut guard.state, position, command);
+                        if let Some((node_id, fault_points)) = &self.fault_points {
+                            fault_points.applying(*node_id, log_id.index);
+                        }
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
                         response
                     }
@@ -377,11 +400,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             };
             last_index = Some(log_id.index);
             if let Some(event) = event {
-                self.shared
-                    .events
-                    .write()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(event);
+                self.shared.events.write().map_err(poisoned_io)?.push(event);
             }
             if let Some(responder) = responder {
                 responder.send(response);
@@ -437,7 +456,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         {
-            let mut guard = self.write();
+            let mut guard = self.write()?;
             *guard = AppliedState {
                 state,
                 last_applied: meta.last_log_id,
@@ -449,7 +468,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         self.shared
             .events
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .map_err(poisoned_io)?
             .reset(index);
         self.shared.applied_index.send_replace(index);
         Ok(())
@@ -484,10 +503,10 @@ mod tests {
     async fn a_build_that_finishes_after_an_install_keeps_the_installed_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
-        machine.write().last_applied = Some(log_id(1, 100));
+        machine.write().unwrap().last_applied = Some(log_id(1, 100));
 
         let builder = machine.get_snapshot_builder().await;
-        let copy = builder.copy();
+        let copy = builder.copy().unwrap();
         let installed = SnapshotMeta {
             last_log_id: Some(log_id(2, 200)),
             last_membership: StoredMembership::default(),
@@ -502,5 +521,42 @@ mod tests {
         drop(machine);
         let restarted = LifecycleStateMachine::open(dir.path()).unwrap();
         assert_eq!(restarted.handle().applied_index(), 200);
+    }
+
+    /// Fail-stop: a panic while the state was being changed (here: while
+    /// holding its write lock, as a panic inside `apply` does) leaves the
+    /// state possibly half-applied. Nobody may use it afterwards: readers
+    /// panic with [`POISONED`], apply, snapshot builds and the applied
+    /// state report a storage error (which stops Raft).
+    #[tokio::test]
+    async fn a_panic_while_applying_poisons_the_state_for_readers_and_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
+        let handle = machine.handle();
+        assert!(!handle.is_poisoned());
+        let shared = machine.shared.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut guard = shared.applied.write().unwrap();
+            guard.last_applied = Some(log_id(1, 7));
+            panic!("injected: a panic in the middle of apply");
+        })
+        .join();
+        assert!(panicked.is_err());
+
+        assert!(handle.is_poisoned());
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle.read(|applied| applied.last_applied)
+        }));
+        let message = read.expect_err("a reader must not read a poisoned state");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains("poisoned"), "{message}");
+        let error = machine.applied_state().await.unwrap_err();
+        assert!(error.to_string().contains("poisoned"), "{error}");
+        let mut builder = machine.get_snapshot_builder().await;
+        assert!(builder.build_snapshot().await.is_err());
+        assert!(machine.write().is_err());
     }
 }
