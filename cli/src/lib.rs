@@ -19,7 +19,9 @@
 //!   delete each bound to its listed id, bounded concurrency); re-exported
 //!   by [`client`].
 //! - [`serve`]: `palisade gateway run`, one replica.
-//! - [`up`]: `palisade up`, a local cluster.
+//! - [`up`]: `palisade up`, a local cluster, supervised (a replica that
+//!   dies is restarted).
+//! - [`fail_stop`]: every panic in a server command aborts the process.
 //!
 //! The hidden `palisade shim ...` is dispatched in `main` before anything
 //! else starts (see `palisade_driver::process::shim`).
@@ -28,5 +30,6 @@
 pub mod client;
 pub mod commands;
 pub mod prune;
+pub mod fail_stop;
 pub mod serve;
 pub mod up;

@@ -22,6 +22,7 @@ fn main() {
         _ => LogFormat::Text,
     };
     if server {
+        palisade_cli::fail_stop::install();
         init_tracing("info,openraft=warn", format);
     } else if chaos {
         // Replica logs are noisy under faults: only errors unless

@@ -14,6 +14,15 @@
 //!    gRPC server keeps running: peer traffic (replication from the new
 //!    leader, forwarded writes, votes) must go on for them to finish;
 //! 4. only then stops the gRPC server, the executor and Raft.
+//!
+//! Fail-stop: a replica whose Raft stopped on its own (openraft's `Fatal`:
+//! a storage error such as a full disk on append, a panic in its core) or
+//! whose applied state a panic poisoned cannot serve correctly. From the
+//! moment that is seen, health reports NOT_SERVING and public requests are
+//! refused; then the replica stops and [`run`] returns
+//! [`NodeError::Fatal`], which the binary turns into a clear message and a
+//! non-zero exit, so a supervisor (`palisade up`, systemd) restarts it. It
+//! never lingers in state `Shutdown` answering requests it cannot serve.
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::BTreeMap;
@@ -252,6 +261,22 @@ pub enum NodeError {
         peer_address: String,
         /// The members it listed.
         members: Vec<NodeId>,
+    },
+    /// Raft stopped on its own, or a panic poisoned the applied state: the
+    /// replica stopped serving (fail-stop, see the module doc).
+    #[error(
+        "FATAL: node {node_id} cannot go on: {reason}. It stopped serving and exits (fail-stop); \
+         what it acknowledged before is durable in {data_dir}. Fix the cause (for a storage error: \
+         free space or repair the disk under the data directory) and start it again \
+         (`palisade up` and systemd restart it)"
+    )]
+    Fatal {
+        /// This node.
+        node_id: NodeId,
+        /// What stopped it.
+        reason: String,
+        /// Its data directory.
+        data_dir: PathBuf,
     },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
@@ -493,6 +518,7 @@ pub async fn run_with_hooks(
     health_reporter
         .set_serving::<PalisadeServer<PalisadeService>>()
         .await;
+    let fatal_state = replica.state.clone();
 
     let local = listener
         .local_addr()
@@ -556,6 +582,33 @@ pub async fn run_with_hooks(
 
     tokio::select! {
         () = shutdown => {}
+        reason = cannot_serve(&raft, &fatal_state) => {
+            tracing::error!(
+                node = node_id,
+                %reason,
+                "FATAL: this replica cannot serve correctly; reporting NOT_SERVING and exiting (fail-stop)"
+            );
+            gate.close();
+            set_not_serving(&health_reporter).await;
+            members_heard_recorder.abort();
+            executor.step_down();
+            if let Some(projection) = projection {
+                projection.stop().await;
+            }
+            let _ = drain_tx.send(());
+            if tokio::time::timeout(SERVER_CLOSE_TIMEOUT, &mut server)
+                .await
+                .is_err()
+            {
+                server.abort();
+            }
+            raft.shutdown().await.ok();
+            return Err(NodeError::Fatal {
+                node_id,
+                reason,
+                data_dir: config.data_dir.clone(),
+            });
+        }
         result = &mut server => {
             members_heard_recorder.abort();
             raft_watcher.abort();
@@ -576,9 +629,7 @@ pub async fn run_with_hooks(
         "shutting down: refusing new requests, handing off leadership, then draining"
     );
     gate.close();
-    health_reporter
-        .set_not_serving::<PalisadeServer<PalisadeService>>()
-        .await;
+    set_not_serving(&health_reporter).await;
     hand_off_leadership(&replica).await;
     if !gate.drained(config.drain_timeout).await {
         warn!(
@@ -644,6 +695,49 @@ fn reflection_services() -> Result<
         builder().build_v1().map_err(failed)?,
         builder().build_v1alpha().map_err(failed)?,
     ))
+/// How often [`cannot_serve`] looks at the applied state's lock (Raft's
+/// own stop is noticed at once, through its metrics).
+const POISON_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Resolves, with the reason, once this replica cannot serve correctly any
+/// more: its Raft stopped on its own (`Fatal`: a storage error, a panic in
+/// its core; or state `Shutdown`), or a panic poisoned the applied state.
+/// Only awaited while the replica runs, before any shutdown of ours.
+async fn cannot_serve(raft: &Raft, state: &palisade_raft::StateHandle) -> String {
+    let mut metrics = raft.metrics();
+    let mut poison_check = tokio::time::interval(POISON_CHECK_INTERVAL);
+    loop {
+        {
+            let current = metrics.borrow_watched();
+            if let Err(fatal) = &current.running_state {
+                return format!("Raft stopped: {fatal}");
+            }
+            if current.state == openraft::ServerState::Shutdown {
+                return "Raft is in state Shutdown".to_string();
+            }
+        }
+        if state.is_poisoned() {
+            return palisade_raft::state_machine::POISONED.to_string();
+        }
+        tokio::select! {
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return "Raft stopped (its metrics channel closed)".to_string();
+                }
+            }
+            _ = poison_check.tick() => {}
+        }
+    }
+}
+
+/// Health reports NOT_SERVING for the whole server ("") and the public API.
+async fn set_not_serving(health: &tonic_health::server::HealthReporter) {
+    health
+        .set_not_serving::<PalisadeServer<PalisadeService>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
 }
 
 /// Initializes the cluster if this node's storage has never been

@@ -48,6 +48,8 @@ use support::{TestReplica, assert_no_new_problems, frame, problems_so_far};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
+/// A long run prints a progress line after every this many inputs.
+const PROGRESS_EVERY_INPUTS: u64 = 20_000;
 /// Inputs in the short run (the normal test suite).
 const SHORT_RUN_CASES: u32 = 1_500;
 /// Most bytes of response headers and trailers an answer may carry.
@@ -565,6 +567,8 @@ fn would_change_membership(input: &Input) -> bool {
 struct Tally {
     /// (kind, outcome) -> count; outcome is `ok`, `skipped` or the reason.
     outcomes: BTreeMap<(&'static str, String), u64>,
+    /// Inputs sent so far.
+    sent: u64,
 }
 
 fn check(input: &Input, answer: &support::RawAnswer) -> Result<String, TestCaseError> {
@@ -674,12 +678,21 @@ fn fuzz() {
             let answer = runtime.block_on(replica.raw(input.path, input.body.clone()));
             check(&input, &answer)?
         };
-        *tally
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .outcomes
-            .entry((input.kind, outcome))
-            .or_default() += 1;
+        let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+        *tally.outcomes.entry((input.kind, outcome)).or_default() += 1;
+        tally.sent += 1;
+        if tally.sent.is_multiple_of(PROGRESS_EVERY_INPUTS) {
+            // A long run reports as it goes: every input so far was
+            // answered with a reason (a failing one stops the run).
+            let (errors, panics) = problems_so_far();
+            println!(
+                "fuzz: {} inputs in {:.0} s, all answered with a reason; ERROR events {}, panics {}",
+                tally.sent,
+                started.elapsed().as_secs_f64(),
+                errors - before.0,
+                panics - before.1
+            );
+        }
         Ok(())
     });
     let elapsed = started.elapsed();

@@ -148,4 +148,13 @@ impl FaultPoint {
 pub trait FaultPoints: Send + Sync + Debug + 'static {
     /// Node `node` reached `point`.
     fn at(&self, node: NodeId, point: FaultPoint) -> BoxFuture<'static, ()>;
+
+    /// Node `node` is applying the command at log index `index`: called
+    /// inside the state machine's critical section, after the command
+    /// changed the state and before the applied index moved (a half-applied
+    /// state). Synchronous and must be quick; a harness may panic here to
+    /// test fail-stop (a panic in apply). Does nothing by default.
+    fn applying(&self, node: NodeId, index: u64) {
+        let _ = (node, index);
+    }
 }

@@ -21,10 +21,20 @@
 //! gateway refuses commands that can grow the state once the estimate
 //! reaches [`STATE_BYTES_MAX`] (see `cluster status`, `state_bytes`).
 
+//!
+//! Fail-stop: a panic while the state is being changed leaves it
+//! half-applied and its lock poisoned. In a server that panic already ended
+//! the process (`panic = "abort"` in release builds, the server's panic
+//! hook in every build); where it did not (a replica inside a test
+//! process), nothing may go on from that state: readers panic with
+//! [`POISONED`] instead of reading it, and apply, snapshot builds and
+//! installs fail with a storage error, which stops Raft (`Fatal`), which
+//! stops the replica (`palisade_gateway::node`).
+
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::StreamExt;
 use openraft::entry::RaftEntry;
@@ -170,6 +180,19 @@ impl StateBytes {
                 Some(grown.saturating_sub(grown_before))
             });
     }
+/// Why the applied state may not be used: see the module doc.
+pub const POISONED: &str = "the applied state is poisoned: a panic happened while a log entry was \
+     being applied, so the state may be half-applied; this replica must stop (fail-stop) and be \
+     restarted, which rebuilds the state from its snapshot and log";
+
+/// Readers of a poisoned state: fail loudly (see the module doc).
+fn poisoned<T>(_: PoisonError<T>) -> T {
+    panic!("{POISONED}")
+}
+
+/// Writers of a poisoned state: a storage error, which stops Raft.
+fn poisoned_io<T>(_: PoisonError<T>) -> io::Error {
+    io::Error::other(POISONED)
 }
 
 struct Shared {
@@ -191,12 +214,14 @@ pub struct StateHandle {
 impl StateHandle {
     /// Runs `read` on the applied state. Keep it short: apply waits for it.
     pub fn read<T>(&self, read: impl FnOnce(&AppliedState) -> T) -> T {
-        let guard = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = self.shared.applied.read().unwrap_or_else(poisoned);
         read(&guard)
+    }
+
+    /// Whether a panic left the applied state half-applied (see the module
+    /// doc): the replica cannot serve correctly any more.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.applied.is_poisoned() || self.shared.events.is_poisoned()
     }
 
     /// Index of the last applied log entry (0 before any).
@@ -217,7 +242,7 @@ impl StateHandle {
             .shared
             .applied
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(poisoned);
         // Growth is only added under the write lock: none is missed or
         // counted twice while we hold the read lock.
         let grown_before = self.shared.bytes.grown.load(Ordering::Relaxed);
@@ -238,7 +263,7 @@ impl StateHandle {
         self.shared
             .events
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(poisoned)
             .after(index)
     }
 
@@ -254,8 +279,8 @@ impl StateHandle {
 pub struct LifecycleStateMachine {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
-    /// Test and chaos hook, awaited before a snapshot is installed
-    /// ([`crate::hooks`]); `None` in production.
+    /// Test and chaos hook, awaited before a snapshot is installed and
+    /// called inside apply ([`crate::hooks`]); `None` in production.
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
     /// Apply latency and committed proposals (`--metrics-listen`).
     metrics: Option<palisade_metrics::RaftMetrics>,
@@ -314,7 +339,8 @@ impl LifecycleStateMachine {
     }
 
     /// Awaits `fault_points` (as node `node_id`) before installing each
-    /// snapshot. For tests and the chaos harness.
+    /// snapshot, and calls [`FaultPoints::applying`] inside apply.
+    /// For tests and the chaos harness.
     pub fn with_fault_points(
         mut self,
         node_id: NodeId,
@@ -337,11 +363,8 @@ impl LifecycleStateMachine {
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
-        self.shared
-            .applied
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn write(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, AppliedState>> {
+        self.shared.applied.write().map_err(poisoned_io)
     }
 }
 
@@ -396,16 +419,12 @@ pub struct LifecycleSnapshotBuilder {
 impl LifecycleSnapshotBuilder {
     /// The state to snapshot: a copy taken under the read lock, with the
     /// growth counted up to it.
-    fn copy(&self) -> (AppliedState, u64) {
-        let guard = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        (
+    fn copy(&self) -> io::Result<(AppliedState, u64)> {
+        let guard = self.shared.applied.read().map_err(poisoned_io)?;
+        Ok((
             guard.clone(),
             self.shared.bytes.grown.load(Ordering::Relaxed),
-        )
+        ))
     }
 
     /// Serializes `copy` and saves it, unless a newer snapshot was put in
@@ -454,7 +473,7 @@ impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let copy = self.copy();
+        let copy = self.copy()?;
         self.persist(copy).await
     }
 }
@@ -464,8 +483,8 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
     type SnapshotBuilder = LifecycleSnapshotBuilder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        let guard = self.handle();
-        Ok(guard.read(|applied| (applied.last_applied, applied.membership.clone())))
+        let applied = self.shared.applied.read().map_err(poisoned_io)?;
+        Ok((applied.last_applied, applied.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -480,7 +499,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             let log_id = entry.log_id();
             let mut event = None;
             let response = {
-                let mut guard = self.write();
+                let mut guard = self.write()?;
                 let response = match &entry.payload {
                     EntryPayload::Normal(command) => {
                         let position = LogPosition {
@@ -521,6 +540,9 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                                 "command applied"
                             );
                         }
+                        if let Some((node_id, fault_points)) = &self.fault_points {
+                            fault_points.applying(*node_id, log_id.index);
+                        }
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
                         response
                     }
@@ -535,11 +557,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             };
             last_index = Some(log_id.index);
             if let Some(event) = event {
-                self.shared
-                    .events
-                    .write()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .push(event);
+                self.shared.events.write().map_err(poisoned_io)?.push(event);
             }
             if let Some(responder) = responder {
                 responder.send(response);
@@ -596,7 +614,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         {
-            let mut guard = self.write();
+            let mut guard = self.write()?;
             self.shared
                 .bytes
                 .measured
@@ -613,7 +631,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         self.shared
             .events
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .map_err(poisoned_io)?
             .reset(index);
         self.shared.applied_index.send_replace(index);
         Ok(())
@@ -648,10 +666,10 @@ mod tests {
     async fn a_build_that_finishes_after_an_install_keeps_the_installed_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
-        machine.write().last_applied = Some(log_id(1, 100));
+        machine.write().unwrap().last_applied = Some(log_id(1, 100));
 
         let builder = machine.get_snapshot_builder().await;
-        let copy = builder.copy();
+        let copy = builder.copy().unwrap();
         let installed = SnapshotMeta {
             last_log_id: Some(log_id(2, 200)),
             last_membership: StoredMembership::default(),
@@ -666,5 +684,42 @@ mod tests {
         drop(machine);
         let restarted = LifecycleStateMachine::open(dir.path()).unwrap();
         assert_eq!(restarted.handle().applied_index(), 200);
+    }
+
+    /// Fail-stop: a panic while the state was being changed (here: while
+    /// holding its write lock, as a panic inside `apply` does) leaves the
+    /// state possibly half-applied. Nobody may use it afterwards: readers
+    /// panic with [`POISONED`], apply, snapshot builds and the applied
+    /// state report a storage error (which stops Raft).
+    #[tokio::test]
+    async fn a_panic_while_applying_poisons_the_state_for_readers_and_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
+        let handle = machine.handle();
+        assert!(!handle.is_poisoned());
+        let shared = machine.shared.clone();
+        let panicked = std::thread::spawn(move || {
+            let mut guard = shared.applied.write().unwrap();
+            guard.last_applied = Some(log_id(1, 7));
+            panic!("injected: a panic in the middle of apply");
+        })
+        .join();
+        assert!(panicked.is_err());
+
+        assert!(handle.is_poisoned());
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle.read(|applied| applied.last_applied)
+        }));
+        let message = read.expect_err("a reader must not read a poisoned state");
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains("poisoned"), "{message}");
+        let error = machine.applied_state().await.unwrap_err();
+        assert!(error.to_string().contains("poisoned"), "{error}");
+        let mut builder = machine.get_snapshot_builder().await;
+        assert!(builder.build_snapshot().await.is_err());
+        assert!(machine.write().is_err());
     }
 }

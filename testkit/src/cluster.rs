@@ -50,6 +50,9 @@ pub struct ClusterSpec {
     /// the driver directory (tests: nothing may outlive them). `palisade
     /// up` leaves sandboxes running, as the design wants.
     pub kill_executions_on_drop: bool,
+    /// Each replica in a process group of its own
+    /// ([`ReplicaProcess::own_process_group`]).
+    pub own_process_groups: bool,
 }
 
 impl ClusterSpec {
@@ -66,6 +69,7 @@ impl ClusterSpec {
             env_remove: Vec::new(),
             log_filter: "info,openraft=warn".to_string(),
             kill_executions_on_drop: true,
+            own_process_groups: false,
         }
     }
 
@@ -191,6 +195,7 @@ impl LocalCluster {
         replica.env = self.spec.env.clone();
         replica.env_remove = self.spec.env_remove.clone();
         replica.log_filter = self.spec.log_filter.clone();
+        replica.own_process_group = self.spec.own_process_groups;
         replica
     }
 

@@ -9,6 +9,11 @@
 //! sandbox's launch claims `DIR/held-SANDBOX` (containing its node id) and
 //! waits until `DIR/release-SANDBOX` exists; every later launch of that
 //! sandbox, on any replica, passes at once.
+//!
+//! The same directory also injects a panic in apply, for the fail-stop
+//! tests: while `DIR/panic-in-apply-NODE` exists, node NODE removes it and
+//! panics in the middle of applying its next command (see
+//! [`inject_apply_panic`]); the other replicas apply it normally.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +24,8 @@ use palisade_raft::hooks::{FaultPoint, FaultPoints};
 
 /// The environment variable naming the gate directory.
 pub const GATE_DIR_ENV: &str = "PALISADE_TEST_GATE_DIR";
+/// The file that makes node N panic in apply: this prefix, then N.
+const APPLY_PANIC_PREFIX: &str = "panic-in-apply-";
 /// How often a held launch looks for its release file.
 const RELEASE_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
@@ -37,6 +44,15 @@ impl FileGate {
 }
 
 impl FaultPoints for FileGate {
+    fn applying(&self, node: NodeId, index: u64) {
+        let trigger = self.dir.join(format!("{APPLY_PANIC_PREFIX}{node}"));
+        // One-shot: removed first, so the restarted replica applies the
+        // same entry normally.
+        if std::fs::remove_file(&trigger).is_ok() {
+            panic!("TEST GATE: injected panic while node {node} applies log index {index}");
+        }
+    }
+
     fn at(&self, node: NodeId, point: FaultPoint) -> BoxFuture<'static, ()> {
         let FaultPoint::BeforeEffect {
             sandbox_id,
@@ -95,4 +111,11 @@ pub fn wait_held(dir: &Path, timeout: Duration) -> Option<(String, NodeId)> {
 /// Lets the held launch of `sandbox_id` go on.
 pub fn release(dir: &Path, sandbox_id: &str) -> std::io::Result<()> {
     std::fs::write(dir.join(format!("release-{sandbox_id}")), b"")
+}
+
+/// Makes node `node` panic in the middle of applying its next command
+/// (once); see the module doc.
+pub fn inject_apply_panic(dir: &Path, node: NodeId) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(format!("{APPLY_PANIC_PREFIX}{node}")), b"")
 }

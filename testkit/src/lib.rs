@@ -27,7 +27,8 @@
 //! - [`ports`]: free loopback ports.
 //! - [`logs`]: keeping replica logs of a failed test.
 //! - [`gate`]: a file-driven one-shot gate at the executor's before-effect
-//!   fault point, for tests of real processes (a `test-hooks` build only).
+//!   fault point and an injected panic in apply, for tests of real
+//!   processes (a `test-hooks` build only).
 #![deny(missing_docs)]
 
 pub mod cluster;

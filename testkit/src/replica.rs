@@ -43,6 +43,11 @@ pub struct ReplicaProcess {
     pub log_path: PathBuf,
     /// The `palisade` binary.
     pub palisade: PathBuf,
+    /// Start the process in a process group of its own, so a Ctrl-C in the
+    /// caller's terminal reaches only the caller, which then stops it in
+    /// order (`palisade up`). Off for tests: a test process killed by
+    /// Ctrl-C takes its replicas along.
+    pub own_process_group: bool,
     child: Option<Child>,
 }
 
@@ -70,6 +75,7 @@ impl ReplicaProcess {
             env_remove: Vec::new(),
             log_filter: "info,openraft=warn".to_string(),
             palisade: palisade.to_path_buf(),
+            own_process_group: false,
             child: None,
         }
     }
@@ -127,6 +133,9 @@ impl ReplicaProcess {
         let mut command = Command::new(&self.palisade);
         for key in &self.env_remove {
             command.env_remove(key);
+        }
+        if self.own_process_group {
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
         }
         let child = command
             .args(self.arguments())
