@@ -695,6 +695,8 @@ fn reflection_services() -> Result<
         builder().build_v1().map_err(failed)?,
         builder().build_v1alpha().map_err(failed)?,
     ))
+}
+
 /// How often [`cannot_serve`] looks at the applied state's lock (Raft's
 /// own stop is noticed at once, through its metrics).
 const POISON_CHECK_INTERVAL: Duration = Duration::from_millis(200);

@@ -8,8 +8,9 @@
 //! of the sandbox: a stop of a stopped sandbox is a 60-byte request, and
 //! its receipt must cost about that much for the whole retention window,
 //! not the size of the sandbox's spec. A retry is answered with the
-//! sandbox as it is when the answer is read (the same execution, or a later
-//! state of it), or with "gone" if it was deleted since.
+//! outcome's id, name, generation, phase and resource version — the same as
+//! the first answer — and the rest of the sandbox as it is when the answer
+//! is read (spec and labels; none if it was deleted since).
 //!
 //! [`Receipts`] keeps two derived indexes next to the receipts themselves:
 //! settled receipts ordered by settlement time, so a tick expires them in
@@ -64,6 +65,18 @@ pub enum ReceiptResult {
         generation: u64,
         /// Its phase then.
         phase: SandboxPhase,
+        /// Its resource version then: a retry answers with the same one as
+        /// the first answer (absent from receipts written before it: 0,
+        /// the sandbox's current one is answered).
+        #[serde(default)]
+        resource_version: u64,
+        /// Its name and workspace, so a retry answers the same sandbox
+        /// even after it was deleted (empty in older receipts).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        name: String,
+        /// See `name`.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        workspace: String,
     },
     /// The sandbox was deleted.
     Deleted {
@@ -81,6 +94,9 @@ impl ReceiptResult {
             sandbox_id: sandbox.id.clone(),
             generation: sandbox.execution.generation,
             phase: sandbox.phase,
+            resource_version: sandbox.resource_version,
+            name: sandbox.name.clone(),
+            workspace: sandbox.workspace.clone(),
         }
     }
 }
@@ -100,6 +116,12 @@ enum ReceiptResultWire {
         sandbox_id: String,
         generation: u64,
         phase: SandboxPhase,
+        #[serde(default)]
+        resource_version: u64,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        workspace: String,
     },
     Sandbox(Box<Sandbox>),
     Deleted {
@@ -124,10 +146,16 @@ impl From<ReceiptResultWire> for ReceiptResult {
                 sandbox_id,
                 generation,
                 phase,
+                resource_version,
+                name,
+                workspace,
             } => ReceiptResult::Settled {
                 sandbox_id,
                 generation,
                 phase,
+                resource_version,
+                name,
+                workspace,
             },
             ReceiptResultWire::Sandbox(sandbox) => ReceiptResult::settled(&sandbox),
             ReceiptResultWire::Deleted { sandbox_id } => ReceiptResult::Deleted { sandbox_id },

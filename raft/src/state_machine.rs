@@ -180,6 +180,8 @@ impl StateBytes {
                 Some(grown.saturating_sub(grown_before))
             });
     }
+}
+
 /// Why the applied state may not be used: see the module doc.
 pub const POISONED: &str = "the applied state is poisoned: a panic happened while a log entry was \
      being applied, so the state may be half-applied; this replica must stop (fail-stop) and be \

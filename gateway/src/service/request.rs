@@ -123,35 +123,69 @@ pub(super) fn decode_page_token(token: &str) -> Result<Option<(String, String)>,
     Ok(Some((first.to_string(), second.to_string())))
 }
 
-/// The answer a settled receipt replays. A receipt keeps a compact outcome
-/// (sandbox id, generation, phase), not a copy of the sandbox: the answer
-/// is the sandbox as it is now, showing the phase and execution the
-/// request left it in when it has moved on since (a later start does not
-/// turn a stop's answer into READY). A sandbox deleted since answers as
-/// gone.
-fn replay_settled(
-    state: &core::State,
-    sandbox_id: &str,
+/// What a settled receipt keeps of its request's outcome (see
+/// [`replay_settled`]).
+struct SettledOutcome<'a> {
+    sandbox_id: &'a str,
     generation: u64,
     phase: core::SandboxPhase,
-) -> Settled {
-    let Some(current) = state.sandboxes.get(sandbox_id) else {
-        return Settled::Gone {
-            sandbox_id: sandbox_id.to_string(),
-        };
+    resource_version: u64,
+    name: &'a str,
+    workspace: &'a str,
+}
+
+/// The answer a settled receipt replays. A receipt keeps a compact outcome
+/// (sandbox id, name, workspace, generation, phase, resource version), not
+/// a copy of the sandbox: the answer carries those exactly as the first
+/// answer did — however the sandbox moved on since, and even once it was
+/// deleted — and the rest (spec, labels) from the sandbox as it is now, if
+/// it still exists. Receipts from before the resource version was kept
+/// (0) answer the sandbox's current one.
+fn replay_settled(state: &core::State, outcome: SettledOutcome<'_>) -> Settled {
+    let execution_of = |generation| core::Execution {
+        generation,
+        handle: None,
+        driver: None,
+        exit_code: None,
     };
-    let mut sandbox = current.clone();
-    if sandbox.execution.generation != generation {
-        sandbox.execution = core::Execution {
-            generation,
-            handle: None,
-            driver: None,
-            exit_code: None,
-        };
+    let mut sandbox = match state.sandboxes.get(outcome.sandbox_id) {
+        Some(current) => current.clone(),
+        None if outcome.name.is_empty() => {
+            // An older receipt of a sandbox deleted since: too little kept
+            // to answer it.
+            return Settled::Gone {
+                sandbox_id: outcome.sandbox_id.to_string(),
+            };
+        }
+        None => core::Sandbox {
+            id: outcome.sandbox_id.to_string(),
+            name: outcome.name.to_string(),
+            workspace: outcome.workspace.to_string(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            resource_version: outcome.resource_version,
+            created_at_ms: 0,
+            spec: Default::default(),
+            phase: outcome.phase,
+            execution: execution_of(outcome.generation),
+            message: None,
+            operation: None,
+            host_identity: String::new(),
+            restart_count: 0,
+        },
+    };
+    let moved_on = sandbox.execution.generation != outcome.generation
+        || sandbox.phase != outcome.phase
+        || (outcome.resource_version != 0 && sandbox.resource_version != outcome.resource_version);
+    if sandbox.execution.generation != outcome.generation {
+        sandbox.execution = execution_of(outcome.generation);
     }
-    if sandbox.phase != phase || sandbox.execution.generation != current.execution.generation {
-        sandbox.phase = phase;
+    if moved_on {
+        sandbox.phase = outcome.phase;
         sandbox.operation = None;
+    }
+    if outcome.resource_version != 0 {
+        sandbox.resource_version = outcome.resource_version;
     }
     Settled::Sandbox(Box::new(sandbox))
 }
@@ -200,11 +234,19 @@ impl PalisadeService {
                     sandbox_id,
                     generation,
                     phase,
+                    resource_version,
+                    name,
+                    workspace,
                 } => Some(Ok(replay_settled(
                     &applied.state,
-                    sandbox_id,
-                    *generation,
-                    *phase,
+                    SettledOutcome {
+                        sandbox_id,
+                        generation: *generation,
+                        phase: *phase,
+                        resource_version: *resource_version,
+                        name,
+                        workspace,
+                    },
                 ))),
                 ReceiptResult::Deleted { sandbox_id } => Some(Ok(Settled::Gone {
                     sandbox_id: sandbox_id.clone(),
