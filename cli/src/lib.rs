@@ -29,7 +29,7 @@
 
 pub mod client;
 pub mod commands;
-pub mod prune;
 pub mod fail_stop;
+pub mod prune;
 pub mod serve;
 pub mod up;

@@ -310,13 +310,22 @@ async fn a_full_disk_under_one_replica_stops_it_with_a_clear_message() {
         .await
         .expect("the other two keep serving");
     acknowledged.push("after".to_string());
-    let listed: Vec<String> = list_sandboxes(&mut client)
-        .await
-        .into_iter()
-        .filter_map(|sandbox| sandbox.metadata.map(|metadata| metadata.name))
-        .collect();
+    // Each by name: the big sandboxes together outgrow one list page's
+    // decoding limit (4 MiB) once enough of them were acknowledged.
     for name in &acknowledged {
-        assert!(listed.contains(name), "acknowledged {name} is lost");
+        let found = client
+            .palisade(|mut api| {
+                let request = v1::GetSandboxRequest {
+                    sandbox: Some(v1::SandboxRef {
+                        name: name.clone(),
+                        ..Default::default()
+                    }),
+                    consistency: v1::Consistency::Linearizable as i32,
+                };
+                async move { api.get_sandbox(request).await }
+            })
+            .await;
+        assert!(found.is_ok(), "acknowledged {name} is lost: {found:?}");
     }
     drop(cluster);
     drop(tmpfs);

@@ -240,11 +240,7 @@ impl StateHandle {
     /// Encodes the applied state once for `use_encoded` (e.g. a digest),
     /// under the read lock, and records its exact size.
     pub fn with_encoded<T>(&self, use_encoded: impl FnOnce(&AppliedState, &[u8]) -> T) -> T {
-        let guard = self
-            .shared
-            .applied
-            .read()
-            .unwrap_or_else(poisoned);
+        let guard = self.shared.applied.read().unwrap_or_else(poisoned);
         // Growth is only added under the write lock: none is missed or
         // counted twice while we hold the read lock.
         let grown_before = self.shared.bytes.grown.load(Ordering::Relaxed);

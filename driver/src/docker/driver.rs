@@ -718,7 +718,8 @@ impl DockerDriver {
             // Mark: the tombstone, durable before anything is removed.
             blocking(move || {
                 write_tombstone(&lock, &dir, &fence)?;
-                sync_dir(&dir).map_err(|error| io_uncertain("writing the tombstone of", &dir, error))
+                sync_dir(&dir)
+                    .map_err(|error| io_uncertain("writing the tombstone of", &dir, error))
             })
             .await?;
         }
