@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use tonic::transport::{Channel, Endpoint};
@@ -148,6 +149,29 @@ impl Client {
     pub fn forget_preferred(&mut self) {
         self.channels[self.preferred] = None;
         self.preferred = (self.preferred + 1) % self.endpoints.len();
+    }
+
+    /// Every sandbox `request` selects, page after page (the server's
+    /// key-range cursor: stable under concurrent deletes). `page_token` of
+    /// `request` is where it starts; usually empty.
+    pub async fn list_all_sandboxes(
+        &mut self,
+        mut request: v1::ListSandboxesRequest,
+    ) -> Result<Vec<v1::Sandbox>, ClientError> {
+        let mut sandboxes = Vec::new();
+        loop {
+            let page = self
+                .palisade(|mut api| {
+                    let request = request.clone();
+                    async move { api.list_sandboxes(request).await }
+                })
+                .await?;
+            sandboxes.extend(page.sandboxes);
+            if page.next_page_token.is_empty() {
+                return Ok(sandboxes);
+            }
+            request.page_token = page.next_page_token;
+        }
     }
 
     /// Calls `call` on the `palisade.v1.Palisade` service with failover.

@@ -173,36 +173,21 @@ pub async fn list_prunable(
     } else {
         options.phases.clone()
     };
-    let mut sandboxes = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let request = v1::ListSandboxesRequest {
-            // No workspace at all with all_workspaces.
-            workspace: if options.all_workspaces {
-                String::new()
-            } else {
-                options.workspace.clone()
-            },
-            all_workspaces: options.all_workspaces,
-            page_size: options.page_size,
-            page_token: page_token.clone(),
-            phases: phases.iter().map(|phase| *phase as i32).collect(),
-            label_expression: options.label_expression.clone(),
-            older_than_seconds: options.older_than_seconds,
-            ..Default::default()
-        };
-        let page = client
-            .palisade(|mut api| {
-                let request = request.clone();
-                async move { api.list_sandboxes(request).await }
-            })
-            .await?;
-        sandboxes.extend(page.sandboxes);
-        if page.next_page_token.is_empty() {
-            return Ok(sandboxes);
-        }
-        page_token = page.next_page_token;
-    }
+    let request = v1::ListSandboxesRequest {
+        // No workspace at all with all_workspaces.
+        workspace: if options.all_workspaces {
+            String::new()
+        } else {
+            options.workspace.clone()
+        },
+        all_workspaces: options.all_workspaces,
+        page_size: options.page_size,
+        phases: phases.iter().map(|phase| *phase as i32).collect(),
+        label_expression: options.label_expression.clone(),
+        older_than_seconds: options.older_than_seconds,
+        ..Default::default()
+    };
+    client.list_all_sandboxes(request).await
 }
 
 /// Prunes what `options` selects: lists every page, calls `on_listed` with

@@ -729,38 +729,24 @@ async fn list_all(
     workspace: &str,
     filter: &ListFilter,
 ) -> Result<Vec<v1::Sandbox>, ClientError> {
-    let mut sandboxes = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let request = v1::ListSandboxesRequest {
-            // No workspace with all_workspaces: the flag says it all.
-            workspace: if filter.all_workspaces {
-                String::new()
-            } else {
-                workspace.to_string()
-            },
-            all_workspaces: filter.all_workspaces,
-            page_size: filter.page_size,
-            page_token: page_token.clone(),
-            phases: filter.phases.clone(),
-            label_selector: filter.selector.clone(),
-            consistency: filter.consistency,
-            source: filter.source,
-            label_expression: filter.label_expression.clone(),
-            older_than_seconds: filter.older_than_seconds,
-        };
-        let page = client
-            .palisade(|mut api| {
-                let request = request.clone();
-                async move { api.list_sandboxes(request).await }
-            })
-            .await?;
-        sandboxes.extend(page.sandboxes);
-        if page.next_page_token.is_empty() {
-            return Ok(sandboxes);
-        }
-        page_token = page.next_page_token;
-    }
+    let request = v1::ListSandboxesRequest {
+        // No workspace with all_workspaces: the flag says it all.
+        workspace: if filter.all_workspaces {
+            String::new()
+        } else {
+            workspace.to_string()
+        },
+        all_workspaces: filter.all_workspaces,
+        page_size: filter.page_size,
+        phases: filter.phases.clone(),
+        label_selector: filter.selector.clone(),
+        consistency: filter.consistency,
+        source: filter.source,
+        label_expression: filter.label_expression.clone(),
+        older_than_seconds: filter.older_than_seconds,
+        page_token: String::new(),
+    };
+    client.list_all_sandboxes(request).await
 }
 
 /// How many deletes `--all` runs at once.
