@@ -15,6 +15,8 @@
 //!   `ssh-session`, `policy`, `workspace`, `cluster`).
 //! - [`client`]: the multi-endpoint client (failover, request ids kept
 //!   across its own retries) that the commands and other Rust tools use.
+//! - [`config`]: where the CLI finds the cluster CA and its credential.
+//! - [`pki`]: `cluster init-pki`, the certificates `up` also creates.
 //! - [`serve`]: `palisade gateway run`, one replica.
 //! - [`up`]: `palisade up`, a local cluster.
 //!
@@ -24,5 +26,7 @@
 
 pub mod client;
 pub mod commands;
+pub mod config;
+pub mod pki;
 pub mod serve;
 pub mod up;

@@ -2,6 +2,12 @@
 //! separate OS processes (`palisade gateway run`, started through
 //! `palisade-testkit`), each with its own data directory, port and log
 //! file, sharing one process-driver directory, all stopped on Ctrl-C.
+//!
+//! Secure with zero set-up: it first makes (or reuses) the cluster CA, a
+//! certificate per replica and an admin client certificate under its data
+//! directory (0700, files 0600, [`crate::pki`]), runs every replica with
+//! TLS on its public port and mutual TLS on its own peer port, and writes
+//! `config.json` there, which the CLI finds (`./.palisade/config.json`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +29,8 @@ pub struct UpArgs {
     /// Number of replicas.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=7))]
     pub replicas: u64,
-    /// Port of replica 1; replica N listens on BASE_PORT + N - 1.
+    /// Port of replica 1; replica N listens on BASE_PORT + N - 1, and its
+    /// peer port (Raft, mutual TLS) is BASE_PORT + 100 + N - 1.
     #[arg(long, default_value_t = 7001)]
     pub base_port: u16,
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
@@ -43,13 +50,12 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// Runs `palisade up`.
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let program = std::env::current_exe().context("cannot find the palisade executable")?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create {}", args.data_dir.display()))?;
+    crate::pki::private_dir(&args.data_dir)?;
     let data_dir = args
         .data_dir
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", args.data_dir.display()))?;
-    let mut spec = ClusterSpec::new(program, args.replicas);
+    let mut spec = ClusterSpec::new(program, args.replicas).with_tls();
     spec.root = Some(data_dir.clone());
     spec.ports = Ports::Base(args.base_port);
     spec.log_filter = std::env::var("PALISADE_LOG").unwrap_or_else(|_| "info,openraft=warn".into());
@@ -67,15 +73,23 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut cluster = LocalCluster::start(spec)?;
     for replica in &cluster.replicas {
         println!(
-            "replica {}: {}  (log: {})",
+            "replica {}: {}  (peer port {}; log: {})",
             replica.node_id,
             replica.listen,
+            replica.peer_address(),
             replica.log_path.display()
         );
     }
+    let config = data_dir.join("config.json");
+    println!(
+        "TLS on; the CLI's credential (admin) is {} (found from this directory, \
+         or set PALISADE_CONFIG)",
+        config.display()
+    );
+    let tls = crate::config::load(&config)?;
     let endpoints = cluster.all_uris();
     println!("waiting for a leader...");
-    match wait_for_leader(&endpoints).await {
+    match wait_for_leader(&endpoints, tls).await {
         Ok(leader) => println!(
             "Palisade is up: {} replica(s), leader node {leader}. Endpoints: {}",
             cluster.replicas.len(),
@@ -115,9 +129,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<u64> {
+async fn wait_for_leader(
+    endpoints: &[String],
+    tls: crate::client::ClientTls,
+) -> anyhow::Result<u64> {
     let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-    let mut client = Client::new(endpoints.to_vec());
+    let mut client = Client::new(endpoints.to_vec()).with_tls(Some(tls));
     client.failover_deadline = Duration::ZERO;
     loop {
         let info =

@@ -100,7 +100,7 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
         Reason::ResourceExhausted => Code::ResourceExhausted,
         Reason::SandboxIdentityMismatch | Reason::StaleExecution => Code::Aborted,
         Reason::RequestIdReused => Code::AlreadyExists,
-        Reason::SessionNotFound => Code::NotFound,
+        Reason::SessionNotFound | Reason::TokenNotFound => Code::NotFound,
         Reason::PolicyVersionMismatch => Code::Aborted,
     };
     let metadata = match &rejection.reason {

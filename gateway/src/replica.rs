@@ -113,6 +113,8 @@ impl Replica {
     /// Proposes `command` and waits until it is committed and applied on the
     /// leader. Waits through elections up to the propose timeout.
     pub async fn propose(&self, command: Command) -> Result<Proposed, tonic::Status> {
+        // The audit trail: who asked, when a request handler proposes.
+        let command = crate::auth::attribute(command);
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());

@@ -361,6 +361,31 @@ pub struct State {
     /// [`State::receipt_retention_ms`].
     #[serde(default)]
     pub receipt_retention_ms: i64,
+    /// API tokens (bearer credentials) by id; only a hash of each secret.
+    #[serde(default)]
+    pub api_tokens: BTreeMap<String, ApiToken>,
+}
+
+/// A bearer credential of the public API. Only the SHA-256 of its secret
+/// is kept; the token itself is shown once, to the admin who created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiToken {
+    /// Public id (the middle part of the token).
+    pub id: String,
+    /// Hex SHA-256 of the secret.
+    pub secret_sha256: String,
+    /// `admin`, `editor` or `viewer`.
+    pub role: String,
+    /// The workspace of an editor or viewer; empty for an admin.
+    pub workspace: String,
+    /// Who created it (principal of the caller).
+    pub created_by: String,
+    /// Replicated clock at creation.
+    pub created_at_ms: i64,
+    /// Replicated clock at which it expires; 0: never.
+    pub expires_at_ms: i64,
+    /// Revoked tokens are refused (and kept for the audit trail).
+    pub revoked: bool,
 }
 
 impl Default for State {
@@ -390,6 +415,7 @@ impl State {
             cluster: None,
             clock_ms: 0,
             receipt_retention_ms: 0,
+            api_tokens: BTreeMap::new(),
         }
     }
 

@@ -43,7 +43,8 @@ use anyhow::bail;
 use clap::Parser;
 use palisade_bench::{
     LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
-    run_main, start_cluster, wait_ready,
+    start_cluster_with,
+    run_main, wait_ready,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
@@ -86,6 +87,12 @@ struct Args {
     /// `--replica-arg=--election-timeout-min-ms=300` (repeatable).
     #[arg(long = "replica-arg", allow_hyphen_values = true)]
     replica_args: Vec<String>,
+    /// Run the replicas as `palisade up` does: TLS on the public port,
+    /// mutual TLS between peers (default: `--insecure`, plaintext). The
+    /// failover trials use plaintext clients, so pass
+    /// `--failover-trials 0` with it.
+    #[arg(long)]
+    tls: bool,
 }
 
 /// The compute drivers the benchmark can run.
@@ -128,7 +135,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
 async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
     let mut gateway_args = vec!["--driver".to_string(), args.driver.name().to_string()];
     gateway_args.extend(args.replica_args.iter().cloned());
-    let mut cluster = start_cluster(palisade, &root, gateway_args)?;
+    if args.tls && args.failover_trials > 0 {
+        anyhow::bail!("--tls measures throughput only: pass --failover-trials 0 with it");
+    }
+    let mut cluster = start_cluster_with(palisade, &root, gateway_args, args.tls)?;
     let leader = wait_ready(&cluster).await?;
     println!(
         "palisade-bench: {REPLICAS} replicas ({} driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",

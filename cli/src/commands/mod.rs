@@ -1,6 +1,6 @@
 //! The `palisade` command line: argument parsing (clap) and the client
 //! commands (`sandbox` in [`sandbox`], `ssh-session` and `policy` in
-//! `owned`, `workspace` and `cluster` here). The server commands
+//! `owned`, `auth` in [`auth`], `workspace` and `cluster` here). The server commands
 //! (`gateway run`, `up`) live in [`crate::serve`] and [`crate::up`].
 //!
 //! Exit codes: 0 success; 1 the request failed (the message and the
@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+pub mod auth;
 mod owned;
 pub mod sandbox;
 
@@ -40,6 +41,19 @@ pub struct Cli {
     /// Output format.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Client config (cluster CA and credential) written by `palisade up`
+    /// or `palisade cluster init-pki` (default: ./.palisade/config.json
+    /// when it exists).
+    #[arg(long, global = true, env = "PALISADE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// Plaintext, without TLS (only against replicas run with --insecure).
+    #[arg(long, global = true)]
+    pub insecure: bool,
+    /// API token to present (`palisade auth token create` prints one);
+    /// without it the client certificate of --config, if any, is the
+    /// credential.
+    #[arg(long, global = true, env = "PALISADE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -80,6 +94,9 @@ pub enum Command {
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// API tokens (create, list, revoke) and `whoami`.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
     /// Internal: supervise one execution (started by the process driver).
     #[command(hide = true)]
     Shim(ShimArgs),
@@ -140,17 +157,24 @@ pub enum WorkspaceCommand {
 /// `palisade cluster ...`
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
+    /// Create the cluster CA, a certificate per node and an admin client
+    /// certificate, plus config.json for the CLI (what `palisade up` does
+    /// for itself), for a real deployment. Keeps files that exist.
+    #[command(name = "init-pki")]
+    InitPki(crate::pki::InitPkiArgs),
     /// Show each replica's view: leader, term, commit and applied index,
     /// and how far it lags the leader.
     Status,
     /// Add a replica as a learner (it replicates the log but does not
     /// vote); returns once it caught up. Start it first with
-    /// `palisade gateway run --node-id ID --listen ADDRESS --data-dir DIR`
-    /// (no --initial-cluster).
+    /// `palisade gateway run --node-id ID --listen ADDRESS --peer-listen
+    /// PEER_ADDRESS --data-dir DIR` (no --initial-cluster).
     AddLearner {
         /// The new replica's node id (never reuse one).
         node_id: u64,
-        /// HOST:PORT the new replica listens on.
+        /// HOST:PORT of the new replica's peer port (its --advertise, by
+        /// default its --peer-listen; with a single-port --insecure replica,
+        /// its --listen).
         address: String,
     },
     /// Make a caught-up learner a voter.
@@ -358,8 +382,18 @@ pub(crate) fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
 
 /// Runs a client command; returns the process exit code.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Cluster(ClusterCommand::InitPki(args)) = &cli.command {
+        return crate::pki::init(args);
+    }
     let endpoints = parse_endpoints(&cli.endpoint)?;
-    let mut client = Client::new(endpoints.clone());
+    let tls = crate::config::discover(cli.config.as_deref(), cli.insecure)?;
+    let token = match &cli.token {
+        Some(token) => crate::client::BearerToken::new(token)?,
+        None => crate::client::BearerToken::default(),
+    };
+    let mut client = Client::new(endpoints.clone())
+        .with_tls(tls.clone())
+        .with_token(token.clone());
     let workspace = cli.workspace.clone();
     let output = cli.output;
     match cli.command {
@@ -369,7 +403,10 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Policy(command) => owned::policy(&mut client, &workspace, output, command).await,
         Command::Workspace(command) => workspace_command(&mut client, output, command).await,
-        Command::Cluster(ClusterCommand::Status) => cluster_status(&endpoints, output).await,
+        Command::Cluster(ClusterCommand::Status) => {
+            cluster_status(&endpoints, tls, token, output).await
+        }
+        Command::Auth(command) => auth::run(&mut client, &workspace, output, command).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
@@ -480,10 +517,17 @@ async fn workspace_command(
 
 /// `cluster status`: asks every endpoint for its own view, so a replica
 /// that is down or behind shows as such.
-async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<()> {
+async fn cluster_status(
+    endpoints: &[String],
+    tls: Option<crate::client::ClientTls>,
+    token: crate::client::BearerToken,
+    output: Output,
+) -> anyhow::Result<()> {
     let mut views = Vec::new();
     for endpoint in endpoints {
-        let mut single = Client::new(vec![endpoint.clone()]);
+        let mut single = Client::new(vec![endpoint.clone()])
+            .with_tls(tls.clone())
+            .with_token(token.clone());
         single.failover_deadline = std::time::Duration::ZERO;
         let view =
             single
@@ -762,7 +806,9 @@ async fn cluster_change(
                 .await?,
             format!("node {node_id} now leads"),
         ),
-        ClusterCommand::Status => unreachable!("status is handled by cluster_status"),
+        ClusterCommand::Status | ClusterCommand::InitPki(_) => {
+            unreachable!("status and init-pki are handled in run_client")
+        }
         ClusterCommand::Reconcile { dry_run } => {
             return cluster_reconcile(client, output, dry_run).await;
         }

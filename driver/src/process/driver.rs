@@ -75,6 +75,8 @@ pub struct ProcessDriver {
     shim_program: PathBuf,
     driver_id: String,
     timeouts: ProcessDriverTimeouts,
+    /// Whom commands run as; `None`: the gateway's own user.
+    sandbox_user: Option<super::SandboxUser>,
 }
 
 impl ProcessDriver {
@@ -108,7 +110,15 @@ impl ProcessDriver {
             shim_program,
             driver_id,
             timeouts: ProcessDriverTimeouts::default(),
+            sandbox_user: None,
         })
+    }
+
+    /// The same driver running every command as `user`, in a working
+    /// directory under its `work_root` ([`super::run_as`]).
+    pub fn with_sandbox_user(mut self, user: Option<super::SandboxUser>) -> Self {
+        self.sandbox_user = user;
+        self
     }
 
     /// The same driver with other time limits.
@@ -276,7 +286,11 @@ impl ProcessDriver {
         let sandbox_dir = self.sandbox_dir(&spec.sandbox_id);
         let lock = self.lock(&sandbox_dir)?;
         admit_fence(&lock, &sandbox_dir, fence)?;
-        let created = create_execution_dir(&self.driver_dir, spec)?;
+        let run_as = self
+            .sandbox_user
+            .as_ref()
+            .map(|user| user.for_execution(&spec.sandbox_id, spec.generation));
+        let created = create_execution_dir(&self.driver_dir, spec, run_as.as_ref())?;
         // Claim, then check (with `remove` writing the tombstone, then listing).
         let tombstone = read_tombstone(&sandbox_dir)
             .map_err(|error| io_uncertain("reading the tombstone of", &sandbox_dir, error))?;
@@ -722,6 +736,7 @@ impl ComputeDriver for ProcessDriver {
 pub(super) fn create_execution_dir(
     driver_dir: &Path,
     spec: &LaunchSpec,
+    run_as: Option<&super::RunAs>,
 ) -> Result<bool, DriverError> {
     let sandbox_dir = driver_dir.join(&spec.sandbox_id);
     let dir = sandbox_dir.join(spec.generation.to_string());
@@ -733,7 +748,7 @@ pub(super) fn create_execution_dir(
             spec.generation,
             uuid::Uuid::new_v4()
         ));
-        let built = build_staging_dir(&staging, spec);
+        let built = build_staging_dir(&staging, spec, run_as);
         let renamed = built.and_then(|()| fs::rename(&staging, &dir));
         match renamed {
             Ok(()) => {
@@ -771,9 +786,19 @@ pub(super) fn create_execution_dir(
     }
 }
 
-pub(super) fn build_staging_dir(staging: &Path, spec: &LaunchSpec) -> io::Result<()> {
+pub(super) fn build_staging_dir(
+    staging: &Path,
+    spec: &LaunchSpec,
+    run_as: Option<&super::RunAs>,
+) -> io::Result<()> {
     fs::create_dir(staging)?;
     fs::create_dir(staging.join(WORK_DIRECTORY))?;
+    if let Some(run_as) = run_as {
+        write_file_synced(
+            &staging.join(super::RUN_AS_FILE),
+            &serde_json::to_vec(run_as)?,
+        )?;
+    }
     write_file_synced(&staging.join(SPEC_FILE), &serde_json::to_vec(spec)?)?;
     sync_dir(staging)
 }

@@ -151,9 +151,11 @@ pub mod fencing;
 pub mod logs;
 mod procfs;
 pub mod records;
+pub mod run_as;
 pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
+pub use run_as::{RunAs, SandboxUser};
 pub use fencing::TombstoneRecord;
 pub use logs::LOG_FILE_BYTES_MAX;
 pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};
@@ -217,6 +219,8 @@ pub(super) const STDOUT_FILE: &str = "stdout.log";
 pub(super) const STDERR_FILE: &str = "stderr.log";
 pub(super) const SHIM_LOG_FILE: &str = "shim.log";
 pub(super) const WORK_DIRECTORY: &str = "work";
+/// Present when the command runs as another user ([`SandboxUser`]).
+pub(super) const RUN_AS_FILE: &str = "run-as.json";
 pub(super) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
 pub(super) const FENCE_FILE: &str = "fence.json";
 pub(super) const TOMBSTONE_FILE: &str = "tombstone.json";
@@ -321,6 +325,7 @@ mod tests {
             &argv,
             &environment,
             work_dir,
+            None,
         )
         .expect("prepared")
     }
@@ -361,6 +366,7 @@ mod tests {
             &argv,
             &Default::default(),
             work.path(),
+            None,
         )
         .expect("prepared");
         let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");
