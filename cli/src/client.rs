@@ -239,10 +239,8 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let token = self.token.clone();
-        self.with_failover(|channel| {
-            call(PalisadeClient::with_interceptor(channel, token.clone()))
-        })
-        .await
+        self.with_failover(|channel| call(PalisadeClient::with_interceptor(channel, token.clone())))
+            .await
     }
 
     /// Calls `call` on the `palisade.v1.ClusterAdmin` service with failover.

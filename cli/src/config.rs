@@ -57,13 +57,21 @@ pub fn load(path: &Path) -> anyhow::Result<ClientTls> {
     let base = path.parent().unwrap_or(Path::new("."));
     let read = |file: &Path| {
         let full = base.join(file);
-        std::fs::read_to_string(&full)
-            .with_context(|| format!("cannot read {} (named in {})", full.display(), path.display()))
+        std::fs::read_to_string(&full).with_context(|| {
+            format!(
+                "cannot read {} (named in {})",
+                full.display(),
+                path.display()
+            )
+        })
     };
     let identity = match (&config.cert, &config.key) {
         (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
         (None, None) => None,
-        _ => anyhow::bail!("{}: give both \"cert\" and \"key\", or neither", path.display()),
+        _ => anyhow::bail!(
+            "{}: give both \"cert\" and \"key\", or neither",
+            path.display()
+        ),
     };
     Ok(ClientTls {
         ca_pem: read(&config.ca)?,

@@ -125,7 +125,9 @@ pub fn init(args: &InitPkiArgs) -> anyhow::Result<()> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, "admin");
         params.subject_alt_names = vec![
-            SanType::DnsName(format!("admin{}", palisade_gateway::auth::USER_NAME_SUFFIX).try_into()?),
+            SanType::DnsName(
+                format!("admin{}", palisade_gateway::auth::USER_NAME_SUFFIX).try_into()?,
+            ),
             SanType::DnsName(palisade_gateway::auth::ADMIN_CERTIFICATE_NAME.try_into()?),
         ];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];

@@ -215,7 +215,10 @@ fn sandbox_user(args: &RunArgs) -> anyhow::Result<Option<palisade_driver::proces
         );
     }
     resolved.prepare_work_root().with_context(|| {
-        format!("cannot create --sandbox-work-dir {}", resolved.work_root.display())
+        format!(
+            "cannot create --sandbox-work-dir {}",
+            resolved.work_root.display()
+        )
     })?;
     tracing::info!(user = %user, uid = resolved.uid, "sandbox commands run as this user");
     Ok(Some(resolved))
@@ -256,9 +259,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         election_timeout_max_ms: args.election_timeout_max_ms,
     };
     let tls = match (&args.ca, &args.cert, &args.key) {
-        (Some(ca), Some(cert), Some(key)) => Some(
-            palisade_raft::tls::TlsMaterial::read(ca, cert, key).map_err(anyhow::Error::msg)?,
-        ),
+        (Some(ca), Some(cert), Some(key)) => {
+            Some(palisade_raft::tls::TlsMaterial::read(ca, cert, key).map_err(anyhow::Error::msg)?)
+        }
         _ if args.insecure => None,
         _ => bail!(
             "TLS needs --ca, --cert and --key (`palisade cluster init-pki` makes them); \
@@ -271,11 +274,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.peer_listen == Some(args.listen) {
         bail!("--peer-listen must differ from --listen");
     }
-    let advertise = args.advertise.clone().unwrap_or_else(|| {
-        args.peer_listen
-            .unwrap_or(args.listen)
-            .to_string()
-    });
+    let advertise = args
+        .advertise
+        .clone()
+        .unwrap_or_else(|| args.peer_listen.unwrap_or(args.listen).to_string());
     let initial_cluster = args.initial_cluster.clone().unwrap_or_default();
     if let Some(listed) = initial_cluster.get(&args.node_id)
         && *listed != advertise

@@ -40,8 +40,7 @@ const CALLERS: [&str; 8] = [
 ];
 
 use Code::{
-    InvalidArgument as INV, NotFound as NF, Ok as OK, PermissionDenied as PD,
-    Unauthenticated as UA,
+    InvalidArgument as INV, NotFound as NF, Ok as OK, PermissionDenied as PD, Unauthenticated as UA,
 };
 
 /// Expected code per (RPC, caller).
@@ -85,7 +84,10 @@ const MATRIX: &[(&str, [Code; 8])] = &[
 struct Bearer(Option<String>);
 
 impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(token) = &self.0 {
             request.metadata_mut().insert(
                 "authorization",
@@ -471,7 +473,11 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says() {
     let editor = token(&mut admin, "editor", "team", 0).await;
     let other_viewer = token(&mut admin, "viewer", "other", 0).await;
     let revoked = token(&mut admin, "editor", "team", 0).await;
-    let revoked_id = revoked.split('.').nth(1).expect("ptk1.ID.SECRET").to_string();
+    let revoked_id = revoked
+        .split('.')
+        .nth(1)
+        .expect("ptk1.ID.SECRET")
+        .to_string();
     admin
         .admin
         .revoke_api_token(v1::RevokeApiTokenRequest { id: revoked_id })

@@ -83,9 +83,14 @@ async fn peer_rpcs_are_not_served_on_the_public_port() {
     assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
 
     // The same call on the peer port is served (the control).
-    let peer = channel(&cluster, replica.peer_address(), "node-1.peer.palisade", Some(2))
-        .await
-        .expect("node 2 reaches node 1's peer port");
+    let peer = channel(
+        &cluster,
+        replica.peer_address(),
+        "node-1.peer.palisade",
+        Some(2),
+    )
+    .await
+    .expect("node 2 reaches node 1's peer port");
     RaftPeerClient::new(peer)
         .read_index(message(2, 1, b"null".to_vec()))
         .await
@@ -96,8 +101,13 @@ async fn peer_rpcs_are_not_served_on_the_public_port() {
 async fn the_peer_port_refuses_a_client_without_a_cluster_certificate_at_the_handshake() {
     let cluster = start_cluster().await;
     let replica = cluster.replica(1);
-    let without_certificate =
-        channel(&cluster, replica.peer_address(), "node-1.peer.palisade", None).await;
+    let without_certificate = channel(
+        &cluster,
+        replica.peer_address(),
+        "node-1.peer.palisade",
+        None,
+    )
+    .await;
     // rustls reports the server's refusal either at connect or on the
     // first request (TLS 1.3 sends the client's certificate after the
     // client considers the handshake done).
@@ -133,9 +143,14 @@ async fn the_peer_port_refuses_a_client_without_a_cluster_certificate_at_the_han
 async fn node_2s_certificate_claiming_to_be_node_1_is_refused() {
     let cluster = start_cluster().await;
     let target = cluster.replica(3);
-    let peer = channel(&cluster, target.peer_address(), "node-3.peer.palisade", Some(2))
-        .await
-        .expect("node 2's certificate opens a connection");
+    let peer = channel(
+        &cluster,
+        target.peer_address(),
+        "node-3.peer.palisade",
+        Some(2),
+    )
+    .await
+    .expect("node 2's certificate opens a connection");
     let mut client = RaftPeerClient::new(peer);
     let forged = client
         .read_index(message(1, 3, b"null".to_vec()))

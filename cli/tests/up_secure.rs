@@ -85,11 +85,15 @@ fn up_makes_a_private_pki_and_the_cli_finds_it() {
 
     // The README's CLI calls, with no flag: TLS and the admin credential
     // come from ./.palisade/config.json.
-    eventually("the cluster answers over TLS", Duration::from_secs(60), || {
-        cli_in(&up.dir, &endpoints, &["cluster", "status"])
-            .status
-            .success()
-    });
+    eventually(
+        "the cluster answers over TLS",
+        Duration::from_secs(60),
+        || {
+            cli_in(&up.dir, &endpoints, &["cluster", "status"])
+                .status
+                .success()
+        },
+    );
     let whoami = cli_in(&up.dir, &endpoints, &["auth", "whoami"]);
     assert!(whoami.status.success(), "{whoami:?}");
     let me: serde_json::Value = serde_json::from_slice(&whoami.stdout).expect("JSON");
@@ -109,11 +113,21 @@ fn up_makes_a_private_pki_and_the_cli_finds_it() {
             & 0o777
     };
     assert_eq!(mode(&data), 0o700);
-    for key in ["ca-key.pem", "admin-key.pem", "node-1-key.pem", "config.json"] {
+    for key in [
+        "ca-key.pem",
+        "admin-key.pem",
+        "node-1-key.pem",
+        "config.json",
+    ] {
         assert_eq!(mode(&data.join(key)), 0o600, "{key}");
     }
     let log = find(&data.join("node-1"), "log.redb").expect("node 1's Raft log");
-    assert_eq!(mode(&log) & 0o077, 0, "{} is readable by others", log.display());
+    assert_eq!(
+        mode(&log) & 0o077,
+        0,
+        "{} is readable by others",
+        log.display()
+    );
     assert_eq!(mode(&data.join("node-1")), 0o700);
 
     // SAFETY: geteuid has no preconditions.
@@ -133,7 +147,11 @@ fn up_makes_a_private_pki_and_the_cli_finds_it() {
     assert!(created.status.success(), "{created:?}");
     let sandbox: serde_json::Value = serde_json::from_slice(&created.stdout).expect("JSON");
     let id = sandbox["id"].as_str().expect("an id").to_string();
-    let stdout = data.join("executions").join(&id).join("1").join("stdout.log");
+    let stdout = data
+        .join("executions")
+        .join(&id)
+        .join("1")
+        .join("stdout.log");
     let mut printed = String::new();
     eventually("the probe reports", Duration::from_secs(20), || {
         printed = std::fs::read_to_string(&stdout).unwrap_or_default();

@@ -548,8 +548,7 @@ impl ClusterAdmin for AdminService {
             ttl_ms,
             created_by: caller.principal.clone(),
         };
-        let proposed =
-            crate::auth::as_caller(caller, self.replica.propose(command)).await?;
+        let proposed = crate::auth::as_caller(caller, self.replica.propose(command)).await?;
         proposed.response.map_err(errors::rejection)?;
         let stored = self.api_token(&id)?;
         Ok(Response::new(v1::CreateApiTokenResponse {
@@ -582,8 +581,7 @@ impl ClusterAdmin for AdminService {
         let command = palisade_lifecycle::Command::RevokeApiToken {
             id: request.id.clone(),
         };
-        let proposed =
-            crate::auth::as_caller(caller, self.replica.propose(command)).await?;
+        let proposed = crate::auth::as_caller(caller, self.replica.propose(command)).await?;
         proposed.response.map_err(errors::rejection)?;
         Ok(Response::new(self.api_token(&request.id)?))
     }

@@ -127,14 +127,18 @@ impl Caller {
     /// The caller a handler was given by [`Authenticate`]; a request that
     /// did not pass it (a bug in the server's wiring) is refused.
     pub fn of<T>(request: &tonic::Request<T>) -> Result<Caller, tonic::Status> {
-        request.extensions().get::<Caller>().cloned().ok_or_else(|| {
-            errors::status(
-                Code::Unauthenticated,
-                CREDENTIALS_MISSING,
-                "the request was not authenticated",
-                [],
-            )
-        })
+        request
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| {
+                errors::status(
+                    Code::Unauthenticated,
+                    CREDENTIALS_MISSING,
+                    "the request was not authenticated",
+                    [],
+                )
+            })
     }
 
     /// Whether it is an admin.
@@ -277,7 +281,11 @@ pub fn new_token() -> (String, String, String) {
 /// Resolves a bearer token against the state; `now_ms` is this replica's
 /// clock (expiry is a point in time, and the replicated clock follows the
 /// leader's).
-pub fn authenticate_token(state: &State, token: &str, now_ms: i64) -> Result<Caller, tonic::Status> {
+pub fn authenticate_token(
+    state: &State,
+    token: &str,
+    now_ms: i64,
+) -> Result<Caller, tonic::Status> {
     let mut parts = token.split('.');
     let (Some(TOKEN_PREFIX), Some(id), Some(secret), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -287,9 +295,10 @@ pub fn authenticate_token(state: &State, token: &str, now_ms: i64) -> Result<Cal
             "the bearer token is not a Palisade API token (ptk1.ID.SECRET)",
         ));
     };
-    let stored = state.api_tokens.get(id).ok_or_else(|| {
-        unauthenticated(TOKEN_UNKNOWN, "unknown API token; ask an admin for one")
-    })?;
+    let stored = state
+        .api_tokens
+        .get(id)
+        .ok_or_else(|| unauthenticated(TOKEN_UNKNOWN, "unknown API token; ask an admin for one"))?;
     // Both are hex SHA-256 digests of equal length; the comparison leaks
     // nothing useful about the secret.
     if stored.secret_sha256 != secret_sha256(secret) {
@@ -372,10 +381,7 @@ pub enum Authenticator {
 }
 
 impl Authenticator {
-    fn caller(
-        &self,
-        request: &http::Request<tonic::body::Body>,
-    ) -> Result<Caller, tonic::Status> {
+    fn caller(&self, request: &http::Request<tonic::body::Body>) -> Result<Caller, tonic::Status> {
         let state = match self {
             Authenticator::Insecure => return Ok(Caller::insecure()),
             Authenticator::Verify(state) => state,
@@ -393,7 +399,9 @@ impl Authenticator {
                 })?;
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX));
+                .map_or(0, |since| {
+                    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+                });
             return state.read(|applied| authenticate_token(&applied.state, token.trim(), now_ms));
         }
         let certificate = request
@@ -500,14 +508,29 @@ mod tests {
         let caller = authenticate_token(&state, "ptk1.abc.s3cret", 999).expect("valid");
         assert_eq!(caller.principal, "token:abc");
         assert_eq!(caller.role, Role::Viewer("team".into()));
-        assert_eq!(reason(authenticate_token(&state, "abc.s3cret", 0)), TOKEN_MALFORMED);
-        assert_eq!(reason(authenticate_token(&state, "ptk1.abc.wrong", 0)), TOKEN_UNKNOWN);
-        assert_eq!(reason(authenticate_token(&state, "ptk1.zzz.s3cret", 0)), TOKEN_UNKNOWN);
-        assert_eq!(reason(authenticate_token(&state, "ptk1.abc.s3cret", 1_000)), TOKEN_EXPIRED);
+        assert_eq!(
+            reason(authenticate_token(&state, "abc.s3cret", 0)),
+            TOKEN_MALFORMED
+        );
+        assert_eq!(
+            reason(authenticate_token(&state, "ptk1.abc.wrong", 0)),
+            TOKEN_UNKNOWN
+        );
+        assert_eq!(
+            reason(authenticate_token(&state, "ptk1.zzz.s3cret", 0)),
+            TOKEN_UNKNOWN
+        );
+        assert_eq!(
+            reason(authenticate_token(&state, "ptk1.abc.s3cret", 1_000)),
+            TOKEN_EXPIRED
+        );
         let mut revoked = stored("abc", "s3cret");
         revoked.revoked = true;
         let state = state_with(revoked);
-        assert_eq!(reason(authenticate_token(&state, "ptk1.abc.s3cret", 0)), TOKEN_REVOKED);
+        assert_eq!(
+            reason(authenticate_token(&state, "ptk1.abc.s3cret", 0)),
+            TOKEN_REVOKED
+        );
     }
 
     #[test]

@@ -259,11 +259,11 @@ pub async fn ask_founding_members(
             let asked = tokio::time::timeout(FOUNDING_CHECK_TIMEOUT, async {
                 // The members' peer ports, over the same mutual TLS as Raft.
                 let channel = palisade_raft::tls::peer_endpoint(address, *id, tls)
-                        .map_err(|error| error.to_string())?
-                        .connect_timeout(FOUNDING_CHECK_TIMEOUT)
-                        .connect()
-                        .await
-                        .map_err(|error| error.to_string())?;
+                    .map_err(|error| error.to_string())?
+                    .connect_timeout(FOUNDING_CHECK_TIMEOUT)
+                    .connect()
+                    .await
+                    .map_err(|error| error.to_string())?;
                 ClusterAdminClient::new(channel)
                     .get_cluster_info(v1::GetClusterInfoRequest {})
                     .await

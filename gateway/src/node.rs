@@ -410,15 +410,14 @@ pub async fn run_with_listeners(
         .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
 
     if !config.initial_cluster.is_empty()
-        && let Err(error) =
-            initialize_once(
-                &raft,
-                node_id,
-                &config.data_dir,
-                &config.initial_cluster,
-                config.tls.as_ref(),
-            )
-            .await
+        && let Err(error) = initialize_once(
+            &raft,
+            node_id,
+            &config.data_dir,
+            &config.initial_cluster,
+            config.tls.as_ref(),
+        )
+        .await
     {
         raft.shutdown().await.ok();
         return Err(error);
@@ -591,9 +590,7 @@ pub async fn run_with_listeners(
     let server = async move {
         match peer_server {
             None => public.await,
-            Some(peer) => {
-                tokio::try_join!(public, peer).map(|((), ())| ())
-            }
+            Some(peer) => tokio::try_join!(public, peer).map(|((), ())| ()),
         }
     };
     let mut server = tokio::spawn(server);

@@ -12,9 +12,9 @@ use crate::command::{
     Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };
 use crate::limits::{
-    API_TOKEN_TTL_MS_MAX, API_TOKENS_COUNT_MAX, OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX, RECEIPT_RETENTION_MS_MIN, RECEIPTS_COUNT_MAX,
-    RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX, STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX,
-    WORKSPACES_COUNT_MAX,
+    API_TOKEN_TTL_MS_MAX, API_TOKENS_COUNT_MAX, OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX,
+    RECEIPT_RETENTION_MS_MIN, RECEIPTS_COUNT_MAX, RESTARTS_MAX, SANDBOXES_PER_WORKSPACE_MAX,
+    STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX, WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
@@ -234,7 +234,10 @@ fn create_api_token(state: &mut State, mut token: ApiToken, ttl_ms: i64) -> Resp
     };
     match token.role.as_str() {
         "admin" if !token.workspace.is_empty() => {
-            return reject(field("workspace"), "an admin token is not bound to a workspace");
+            return reject(
+                field("workspace"),
+                "an admin token is not bound to a workspace",
+            );
         }
         "admin" => {}
         "editor" | "viewer" => {

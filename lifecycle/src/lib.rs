@@ -58,7 +58,9 @@ pub mod state;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
-pub use command::{Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+pub use command::{
+    Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
+};
 pub use state::{
     ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Receipt,
     ReceiptResult, ReceiptRpc, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec,

@@ -3,9 +3,7 @@
 //! revoke marks it (kept for the audit trail), and an attributed command is
 //! applied exactly as the command it wraps.
 
-use palisade_lifecycle::{
-    Attribution, Command, LogPosition, Outcome, Reason, State, apply,
-};
+use palisade_lifecycle::{Attribution, Command, LogPosition, Outcome, Reason, State, apply};
 
 struct Log {
     state: State,
@@ -65,7 +63,8 @@ fn a_token_expires_on_the_replicated_clock_and_a_revoke_keeps_it() {
     assert_eq!(token.expires_at_ms, 1_060_000);
     assert!(!token.revoked);
 
-    log.apply(create("t2", "admin", "", 0)).expect("an admin token");
+    log.apply(create("t2", "admin", "", 0))
+        .expect("an admin token");
     assert_eq!(log.state.api_tokens["t2"].expires_at_ms, 0, "never expires");
 
     log.apply(Command::RevokeApiToken { id: "t1".into() })
@@ -102,7 +101,8 @@ fn roles_workspaces_and_ids_are_checked_at_apply() {
             field: "ttl_seconds".into()
         }
     );
-    log.apply(create("a", "editor", "default", 0)).expect("created");
+    log.apply(create("a", "editor", "default", 0))
+        .expect("created");
     assert_eq!(
         reason(log.apply(create("a", "viewer", "default", 0))),
         Reason::InvalidArgument { field: "id".into() }

@@ -16,9 +16,9 @@
 //!   an address now served by another replica fails the handshake.
 //! - rustls through tonic's `tls-ring` feature: no OpenSSL, no C++.
 
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
 use crate::types::NodeId;
 
@@ -154,8 +154,9 @@ pub fn peer_endpoint(
         .or_else(|| addr.strip_prefix("https://"))
         .unwrap_or(addr);
     match tls {
-        Some(tls) => Endpoint::from_shared(format!("https://{bare}"))?
-            .tls_config(tls.peer_client(target)),
+        Some(tls) => {
+            Endpoint::from_shared(format!("https://{bare}"))?.tls_config(tls.peer_client(target))
+        }
         None => Endpoint::from_shared(if addr.contains("://") {
             addr.to_owned()
         } else {

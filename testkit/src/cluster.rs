@@ -27,7 +27,9 @@ fn init_pki(palisade: &Path, dir: &Path, nodes: u64) -> Result<(), TestkitError>
         .args(["--nodes", &nodes.to_string()])
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|error| TestkitError::Pki(format!("cannot run {}: {error}", palisade.display())))?;
+        .map_err(|error| {
+            TestkitError::Pki(format!("cannot run {}: {error}", palisade.display()))
+        })?;
     if !output.status.success() {
         return Err(TestkitError::Pki(
             String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -196,9 +198,8 @@ impl LocalCluster {
         let addresses: Vec<(u64, String)> = (1..=count)
             .map(|index| (u64::from(index), format!("127.0.0.1:{}", base + index - 1)))
             .collect();
-        let peer_address = |id: u64| -> String {
-            format!("127.0.0.1:{}", u64::from(peer_base) + id - 1)
-        };
+        let peer_address =
+            |id: u64| -> String { format!("127.0.0.1:{}", u64::from(peer_base) + id - 1) };
         let initial_cluster = addresses
             .iter()
             .map(|(id, address)| {
@@ -288,9 +289,7 @@ impl LocalCluster {
         let initial_cluster = self
             .replicas
             .iter()
-            .map(|replica| {
-                format!("{}={}", replica.node_id, replica.peer_address())
-            })
+            .map(|replica| format!("{}={}", replica.node_id, replica.peer_address()))
             .collect::<Vec<_>>()
             .join(",");
         for replica in &mut self.replicas {

@@ -111,8 +111,11 @@ impl ReplicaProcess {
         }
         match &self.tls {
             Some(tls) => {
-                for (flag, path) in [("--ca", &tls.ca), ("--cert", &tls.cert), ("--key", &tls.key)]
-                {
+                for (flag, path) in [
+                    ("--ca", &tls.ca),
+                    ("--cert", &tls.cert),
+                    ("--key", &tls.key),
+                ] {
                     arguments.extend([flag.to_string(), path.display().to_string()]);
                 }
             }

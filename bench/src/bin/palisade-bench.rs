@@ -43,8 +43,7 @@ use anyhow::bail;
 use clap::Parser;
 use palisade_bench::{
     LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
-    start_cluster_with,
-    run_main, wait_ready,
+    run_main, start_cluster_with, wait_ready,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;

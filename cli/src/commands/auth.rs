@@ -90,7 +90,14 @@ fn token_row(token: &v1::ApiToken) -> Vec<String> {
     ]
 }
 
-const TOKEN_HEADER: [&str; 6] = ["ID", "ROLE", "WORKSPACE", "EXPIRES_MS", "REVOKED", "CREATED_BY"];
+const TOKEN_HEADER: [&str; 6] = [
+    "ID",
+    "ROLE",
+    "WORKSPACE",
+    "EXPIRES_MS",
+    "REVOKED",
+    "CREATED_BY",
+];
 
 /// Runs an `auth` command.
 pub async fn run(

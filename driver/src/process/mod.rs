@@ -155,9 +155,9 @@ pub mod run_as;
 pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
-pub use run_as::{RunAs, SandboxUser};
 pub use fencing::TombstoneRecord;
 pub use logs::LOG_FILE_BYTES_MAX;
+pub use run_as::{RunAs, SandboxUser};
 pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};
 
 /// Longest accepted sandbox id. Ids are UUIDs (36 bytes); the bound keeps paths short.

@@ -73,10 +73,7 @@ impl SandboxUser {
         RunAs {
             uid: self.uid,
             gid: self.gid,
-            work_dir: self
-                .work_root
-                .join(sandbox_id)
-                .join(generation.to_string()),
+            work_dir: self.work_root.join(sandbox_id).join(generation.to_string()),
         }
     }
 }
@@ -106,7 +103,10 @@ impl RunAs {
             // The gateway's 077 umask masked the mode above.
             std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711))?;
         }
-        match std::fs::DirBuilder::new().mode(0o700).create(&self.work_dir) {
+        match std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&self.work_dir)
+        {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
             Err(error) => return Err(error),

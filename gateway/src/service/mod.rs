@@ -102,7 +102,10 @@ impl PalisadeService {
             return Ok(()); // the handler answers NOT_FOUND
         };
         if !caller.may_view(&workspace) {
-            return Err(errors::sandbox_not_found(format!("with id {}", reference.id)));
+            return Err(errors::sandbox_not_found(format!(
+                "with id {}",
+                reference.id
+            )));
         }
         match access {
             Access::View => Ok(()),
@@ -124,7 +127,9 @@ impl Palisade for PalisadeService {
         request: Request<v1::CreateSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let caller = Caller::of(&request)?;
-        caller.require_edit(request::workspace_or_default(request.get_ref().workspace.as_str()))?;
+        caller.require_edit(request::workspace_or_default(
+            request.get_ref().workspace.as_str(),
+        ))?;
         crate::auth::as_caller(caller, sandboxes::create(self, request)).await
     }
 
@@ -133,7 +138,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::GetSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
         crate::auth::as_caller(caller, sandboxes::get(self, request)).await
     }
 
@@ -142,7 +148,10 @@ impl Palisade for PalisadeService {
         request: Request<v1::ListSandboxesRequest>,
     ) -> Result<Response<v1::ListSandboxesResponse>, Status> {
         let caller = Caller::of(&request)?;
-        let (all_workspaces, workspace) = (request.get_ref().all_workspaces, request.get_ref().workspace.as_str());
+        let (all_workspaces, workspace) = (
+            request.get_ref().all_workspaces,
+            request.get_ref().workspace.as_str(),
+        );
         if all_workspaces {
             caller.require_admin("all_workspaces")?;
         } else {
@@ -156,7 +165,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::StopSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, sandboxes::stop(self, request)).await
     }
 
@@ -165,7 +175,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::StartSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, sandboxes::start(self, request)).await
     }
 
@@ -174,7 +185,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::DeleteSandboxRequest>,
     ) -> Result<Response<v1::DeleteSandboxResponse>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, sandboxes::delete(self, request)).await
     }
 
@@ -206,7 +218,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::CreateSshSessionRequest>,
     ) -> Result<Response<v1::SshSession>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, owned::create_ssh_session(self, request)).await
     }
 
@@ -215,7 +228,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::RevokeSshSessionRequest>,
     ) -> Result<Response<v1::RevokeSshSessionResponse>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, owned::revoke_ssh_session(self, request)).await
     }
 
@@ -224,7 +238,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::ListSshSessionsRequest>,
     ) -> Result<Response<v1::ListSshSessionsResponse>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
         crate::auth::as_caller(caller, owned::list_ssh_sessions(self, request)).await
     }
 
@@ -233,7 +248,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::SetSandboxPolicyRequest>,
     ) -> Result<Response<v1::SandboxPolicy>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
         crate::auth::as_caller(caller, owned::set_sandbox_policy(self, request)).await
     }
 
@@ -242,7 +258,8 @@ impl Palisade for PalisadeService {
         request: Request<v1::GetSandboxPolicyRequest>,
     ) -> Result<Response<v1::SandboxPolicy>, Status> {
         let caller = Caller::of(&request)?;
-        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View).await?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
         crate::auth::as_caller(caller, owned::get_sandbox_policy(self, request)).await
     }
 
@@ -260,7 +277,9 @@ impl Palisade for PalisadeService {
         request: Request<v1::GetWorkspaceRequest>,
     ) -> Result<Response<v1::Workspace>, Status> {
         let caller = Caller::of(&request)?;
-        caller.require_view(request::workspace_or_default(request.get_ref().name.as_str()))?;
+        caller.require_view(request::workspace_or_default(
+            request.get_ref().name.as_str(),
+        ))?;
         crate::auth::as_caller(caller, workspaces::get(self, request)).await
     }
 
@@ -270,7 +289,8 @@ impl Palisade for PalisadeService {
     ) -> Result<Response<v1::ListWorkspacesResponse>, Status> {
         let caller = Caller::of(&request)?;
         // Everyone may list; each sees only the workspaces it has a role in.
-        let mut listed = crate::auth::as_caller(caller.clone(), workspaces::list(self, request)).await?;
+        let mut listed =
+            crate::auth::as_caller(caller.clone(), workspaces::list(self, request)).await?;
         listed
             .get_mut()
             .workspaces
