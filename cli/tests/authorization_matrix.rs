@@ -486,7 +486,7 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says() {
     let expired = token(&mut admin, "editor", "team", 1).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
 
-    let mut callers = vec![
+    let mut callers = [
         connect(&cluster, false, None).await,
         connect(&cluster, false, Some("not-a-palisade-token".into())).await,
         connect(&cluster, false, Some(expired)).await,
