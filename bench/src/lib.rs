@@ -88,10 +88,23 @@ pub fn start_cluster(
     root: &Path,
     gateway_args: Vec<String>,
 ) -> anyhow::Result<LocalCluster> {
+    start_cluster_with(palisade, root, gateway_args, false)
+}
+
+/// Like [`start_cluster`]; with `tls`, as `palisade up` runs it (TLS on the
+/// public port, mutual TLS on the peer port; the benchmark's connections
+/// present the admin certificate).
+pub fn start_cluster_with(
+    palisade: &Path,
+    root: &Path,
+    gateway_args: Vec<String>,
+    tls: bool,
+) -> anyhow::Result<LocalCluster> {
     let mut spec = ClusterSpec::new(palisade, REPLICAS)
         .gateway_args(gateway_args)
         .log_filter(&replica_log_filter());
     spec.root = Some(root.to_path_buf());
+    spec.tls = tls;
     LocalCluster::start(spec).context("cannot start the replicas")
 }
 

@@ -207,7 +207,10 @@ impl Cluster {
         let config = NodeConfig {
             node_id,
             listen: slot.addr,
+            // In-process, plaintext: one listener serves peers too.
+            peer_listen: None,
             advertise: slot.addr.to_string(),
+            tls: None,
             data_dir: slot.data_dir.clone(),
             initial_cluster: self.initial_cluster.clone(),
             timing: self.config.timing.clone(),

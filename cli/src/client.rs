@@ -15,7 +15,8 @@ use std::time::Duration;
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use palisade_gateway::errors::reason_of;
 
@@ -71,6 +72,65 @@ pub struct Client {
     pub call_timeout: Duration,
     /// How long to keep failing over before giving up (zero: one round).
     pub failover_deadline: Duration,
+    /// TLS towards the replicas (`None`: plaintext, `--insecure`).
+    tls: Option<ClientTls>,
+    /// Sent as `Authorization: Bearer ...` on every call.
+    token: BearerToken,
+}
+
+/// The channel the service clients of [`Client`] run on: a connection,
+/// plus the bearer token (if any) on every request.
+pub type ApiChannel = InterceptedService<Channel, BearerToken>;
+
+/// Adds `authorization: Bearer TOKEN` to every request (nothing without a
+/// token).
+#[derive(Clone, Default)]
+pub struct BearerToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl BearerToken {
+    /// A token to present; fails on characters a header cannot carry.
+    pub fn new(token: &str) -> anyhow::Result<Self> {
+        let value = format!("Bearer {}", token.trim())
+            .parse()
+            .map_err(|_| anyhow::anyhow!("the API token holds characters a header cannot carry"))?;
+        Ok(Self(Some(value)))
+    }
+}
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// How the client talks TLS: the cluster CA it trusts and, optionally, the
+/// client certificate it presents (the credential `palisade up` and
+/// `cluster init-pki` write).
+#[derive(Clone)]
+pub struct ClientTls {
+    /// PEM of the CA that issued the replicas' certificates.
+    pub ca_pem: String,
+    /// PEM certificate and key presented to the replicas.
+    pub identity: Option<(String, String)>,
+}
+
+impl ClientTls {
+    /// The tonic TLS settings: trust the cluster CA, present the identity.
+    pub fn config(&self) -> ClientTlsConfig {
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        match &self.identity {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
 }
 
 /// Why a call failed.
@@ -126,15 +186,44 @@ impl Client {
             channels,
             call_timeout: Duration::from_secs(150),
             failover_deadline: FAILOVER_DEADLINE,
+            tls: None,
+            token: BearerToken::default(),
         }
+    }
+
+    /// The same client presenting `token` on every call.
+    pub fn with_token(mut self, token: BearerToken) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The same client over TLS (endpoints become `https://`).
+    pub fn with_tls(mut self, tls: Option<ClientTls>) -> Self {
+        self.tls = tls;
+        self.channels = vec![None; self.endpoints.len()];
+        self
     }
 
     async fn channel(&mut self, at: usize) -> Result<Channel, tonic::transport::Error> {
         if let Some(channel) = &self.channels[at] {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(self.endpoints[at].clone())
-            .expect("endpoints are validated by parse_endpoints")
+        let mut endpoint = Endpoint::from_shared(self.endpoints[at].clone())
+            .expect("endpoints are validated by parse_endpoints");
+        if let Some(tls) = &self.tls {
+            let bare = self.endpoints[at]
+                .strip_prefix("http://")
+                .unwrap_or(&self.endpoints[at]);
+            let secure = if bare.contains("://") {
+                bare.to_string()
+            } else {
+                format!("https://{bare}")
+            };
+            endpoint = Endpoint::from_shared(secure)
+                .expect("endpoints are validated by parse_endpoints")
+                .tls_config(tls.config())?;
+        }
+        let channel = endpoint
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(self.call_timeout)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
@@ -177,21 +266,25 @@ impl Client {
     /// Calls `call` on the `palisade.v1.Palisade` service with failover.
     pub async fn palisade<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
     where
-        F: Fn(PalisadeClient<Channel>) -> Fut,
+        F: Fn(PalisadeClient<ApiChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.with_failover(|channel| call(PalisadeClient::new(channel)))
+        let token = self.token.clone();
+        self.with_failover(|channel| call(PalisadeClient::with_interceptor(channel, token.clone())))
             .await
     }
 
     /// Calls `call` on the `palisade.v1.ClusterAdmin` service with failover.
     pub async fn admin<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>
     where
-        F: Fn(ClusterAdminClient<Channel>) -> Fut,
+        F: Fn(ClusterAdminClient<ApiChannel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.with_failover(|channel| call(ClusterAdminClient::new(channel)))
-            .await
+        let token = self.token.clone();
+        self.with_failover(|channel| {
+            call(ClusterAdminClient::with_interceptor(channel, token.clone()))
+        })
+        .await
     }
 
     async fn with_failover<T, F, Fut>(&mut self, call: F) -> Result<T, ClientError>

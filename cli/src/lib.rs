@@ -18,6 +18,8 @@
 //! - [`prune`]: pruning sandboxes that no longer run (list every page,
 //!   delete each bound to its listed id, bounded concurrency); re-exported
 //!   by [`client`].
+//! - [`config`]: where the CLI finds the cluster CA and its credential.
+//! - [`pki`]: `cluster init-pki`, the certificates `up` also creates.
 //! - [`serve`]: `palisade gateway run`, one replica.
 //! - [`up`]: `palisade up`, a local cluster, supervised (a replica that
 //!   dies is restarted).
@@ -29,7 +31,9 @@
 
 pub mod client;
 pub mod commands;
+pub mod config;
 pub mod fail_stop;
+pub mod pki;
 pub mod prune;
 pub mod serve;
 pub mod up;

@@ -24,20 +24,44 @@ pub struct RunArgs {
     /// This replica's node id: unique in the cluster and never reused.
     #[arg(long)]
     pub node_id: u64,
-    /// Address to listen on (public API and peer traffic).
+    /// Address of the public listener: the public API, cluster admin and
+    /// health (TLS unless --insecure).
     #[arg(long, default_value = "127.0.0.1:7001")]
     pub listen: SocketAddr,
-    /// Address the other replicas and clients reach this one at
-    /// (default: --listen).
+    /// Address of the peer port: Raft and forwarded writes only, mutual TLS
+    /// under the cluster CA (a peer's node id comes from its certificate).
+    /// Required with TLS. Without it an --insecure replica serves peers on
+    /// --listen too (local tests only).
+    #[arg(long)]
+    pub peer_listen: Option<SocketAddr>,
+    /// Address the other replicas reach this one's peer port at, as the
+    /// membership records it (default: --peer-listen, or --listen for a
+    /// single-port --insecure replica).
     #[arg(long)]
     pub advertise: Option<String>,
+    /// The cluster CA certificate (PEM): peers and client certificates
+    /// must chain to it (`palisade cluster init-pki` writes ca.pem).
+    #[arg(long, requires_all = ["cert", "key"])]
+    pub ca: Option<PathBuf>,
+    /// This replica's certificate (PEM), naming node-ID.peer.palisade
+    /// (`init-pki` writes node-ID.pem).
+    #[arg(long, requires_all = ["ca", "key"])]
+    pub cert: Option<PathBuf>,
+    /// This replica's private key (PEM; keep it 0600).
+    #[arg(long, requires_all = ["ca", "cert"])]
+    pub key: Option<PathBuf>,
+    /// Plaintext everywhere, no peer authentication: for local tests only,
+    /// logged loudly. Without it --ca, --cert and --key are required.
+    #[arg(long, conflicts_with_all = ["ca", "cert", "key"])]
+    pub insecure: bool,
     /// Directory for the Raft log, vote and snapshots. Never reuse one under
     /// another node id, never start an existing member with an empty one
     /// (with --initial-cluster, such a replica refuses to start: see
     /// --initial-cluster).
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Founding members, etcd-style: ID=HOST:PORT,ID=HOST:PORT,... The
+    /// Founding members, etcd-style: ID=HOST:PORT,ID=HOST:PORT,... of their
+    /// peer ports (their --advertise). The
     /// cluster is initialized once, on first start; restarting with the
     /// same flags is safe. Omit it on a replica that joins an existing
     /// cluster as a learner.
@@ -156,6 +180,17 @@ pub struct RunArgs {
     /// far longer than an operation can stay pending.
     #[arg(long, default_value_t = 168, value_parser = clap::value_parser!(u64).range(1..=24 * 365))]
     pub tombstone_retention_hours: u64,
+    /// Whom sandbox commands run as: a user name or uid, or `same` (the
+    /// gateway's own user, working directory inside the driver directory).
+    /// Default: `nobody` when the gateway runs as root, else `same`. Another
+    /// user cannot read the data directory (0700) or the gateway's
+    /// environment.
+    #[arg(long)]
+    pub sandbox_user: Option<String>,
+    /// Where the working directories of sandboxes run as --sandbox-user go
+    /// (outside every data directory; default: TMPDIR/palisade-sandboxes).
+    #[arg(long)]
+    pub sandbox_work_dir: Option<PathBuf>,
     /// Seconds shutdown waits for in-flight requests.
     #[arg(long, default_value_t = 10)]
     pub drain_seconds: u64,
@@ -285,6 +320,42 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, String
     Ok(members)
 }
 
+/// Whom sandbox commands run as (`--sandbox-user`); `None`: the gateway's
+/// own user.
+fn sandbox_user(args: &RunArgs) -> anyhow::Result<Option<palisade_driver::process::SandboxUser>> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let user = match args.sandbox_user.as_deref() {
+        Some("same") => return Ok(None),
+        Some(user) => user.to_string(),
+        None if root => "nobody".to_string(),
+        None => return Ok(None),
+    };
+    let work_root = args
+        .sandbox_work_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("palisade-sandboxes"));
+    let work_root = std::path::absolute(&work_root).unwrap_or(work_root);
+    if work_root.starts_with(std::path::absolute(&args.data_dir).unwrap_or_default()) {
+        bail!("--sandbox-work-dir must be outside the data directory");
+    }
+    let resolved = palisade_driver::process::SandboxUser::lookup(&user, work_root)
+        .with_context(|| format!("--sandbox-user {user}"))?;
+    if !root {
+        bail!(
+            "--sandbox-user {user} needs the gateway to run as root (or pass --sandbox-user same)"
+        );
+    }
+    resolved.prepare_work_root().with_context(|| {
+        format!(
+            "cannot create --sandbox-work-dir {}",
+            resolved.work_root.display()
+        )
+    })?;
+    tracing::info!(user = %user, uid = resolved.uid, "sandbox commands run as this user");
+    Ok(Some(resolved))
+}
+
 /// Resolves when SIGTERM or SIGINT arrives.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -307,15 +378,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.node_id == 0 {
         bail!("--node-id must be at least 1");
     }
+    // Everything this replica writes (log, snapshots, driver records) is
+    // its own: directories 0700, files 0600. Sandbox commands get 022 back.
+    // SAFETY: umask has no preconditions; set before any thread writes.
+    unsafe {
+        libc::umask(0o077);
+    }
+    let sandbox_user = sandbox_user(&args)?;
     let timing = RaftTiming {
         heartbeat_ms: args.heartbeat_ms,
         election_timeout_min_ms: args.election_timeout_min_ms,
         election_timeout_max_ms: args.election_timeout_max_ms,
     };
+    let tls = match (&args.ca, &args.cert, &args.key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            Some(palisade_raft::tls::TlsMaterial::read(ca, cert, key).map_err(anyhow::Error::msg)?)
+        }
+        _ if args.insecure => None,
+        _ => bail!(
+            "TLS needs --ca, --cert and --key (`palisade cluster init-pki` makes them); \
+             pass --insecure to run plaintext (local tests only)"
+        ),
+    };
+    if tls.is_some() && args.peer_listen.is_none() {
+        bail!("--peer-listen is required with TLS: peers get their own mutual-TLS port");
+    }
+    if args.peer_listen == Some(args.listen) {
+        bail!("--peer-listen must differ from --listen");
+    }
     let advertise = args
         .advertise
         .clone()
-        .unwrap_or_else(|| args.listen.to_string());
+        .unwrap_or_else(|| args.peer_listen.unwrap_or(args.listen).to_string());
     let initial_cluster = args.initial_cluster.clone().unwrap_or_default();
     if let Some(listed) = initial_cluster.get(&args.node_id)
         && *listed != advertise
@@ -368,7 +462,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .with_timeouts(ProcessDriverTimeouts {
                     tombstone_retention: Duration::from_secs(args.tombstone_retention_hours * 3600),
                     ..ProcessDriverTimeouts::default()
-                }),
+                })
+                .with_sandbox_user(sandbox_user.clone()),
         ))
     };
     let driver: Arc<dyn ComputeDriver> = match args.driver {
@@ -390,7 +485,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = NodeConfig {
         node_id: args.node_id,
         listen: args.listen,
+        peer_listen: args.peer_listen,
         advertise,
+        tls,
         data_dir: args.data_dir.clone(),
         initial_cluster,
         timing,
@@ -426,17 +523,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let gate = palisade_testkit::gate::FileGate::new(dir.into())
             .context("cannot create the test gate directory")?;
         tracing::warn!("TEST BUILD: launches may be held by the file gate");
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let (listener, peer_listener) = palisade_gateway::node::bind_listeners(&config).await?;
         let hooks = palisade_gateway::node::NodeHooks {
             fault_points: Some(Arc::new(gate)),
             ..Default::default()
         };
-        return Ok(palisade_gateway::node::run_with_hooks(
+        return Ok(palisade_gateway::node::run_with_listeners(
             config,
             driver,
             listener,
+            peer_listener,
             hooks,
             shutdown_signal(),
         )

@@ -3,8 +3,12 @@
 //! leadership).
 //!
 //! Membership changes must run on the leader. A replica that does not lead
-//! forwards the call to the leader's ClusterAdmin endpoint (the address in
-//! the membership) and relays the answer, so operators may call any replica.
+//! forwards the call to the leader's peer port (the address in the
+//! membership, mutual TLS; only [`RELAYED_METHODS`] are served there) and
+//! relays the answer, so operators may call any replica.
+//!
+//! Also API tokens (create, list, revoke) and `WhoAmI`; every method but
+//! `WhoAmI` is admin-only, enforced by [`crate::auth`] before it gets here.
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::BTreeSet;
@@ -33,6 +37,17 @@ pub fn endpoint_uri(endpoint: &str) -> String {
         format!("http://{endpoint}")
     }
 }
+
+/// The admin methods a follower relays to the leader, and that founding
+/// members ask each other: all the peer port serves of `ClusterAdmin`.
+pub const RELAYED_METHODS: [&str; 6] = [
+    "GetClusterInfo",
+    "AddLearner",
+    "PromoteLearner",
+    "RemoveMember",
+    "TransferLeader",
+    "ReconcileOrphans",
+];
 
 const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a leader transfer may take to show.
@@ -68,7 +83,9 @@ impl AdminService {
         if leader == self.replica.node_id {
             return Ok(None);
         }
-        let channel = tonic::transport::Endpoint::from_shared(endpoint_uri(&address))
+        // The leader's peer port (what the membership records), over the
+        // same mutual TLS as Raft.
+        let channel = palisade_raft::tls::peer_endpoint(&address, leader, self.replica.peers.tls())
             .map_err(|error| {
                 errors::unavailable(
                     NO_LEADER,
@@ -85,6 +102,35 @@ impl AdminService {
                 )
             })?;
         Ok(Some(ClusterAdminClient::new(channel)))
+    }
+}
+
+impl AdminService {
+    /// The API token `id` as this replica applied it.
+    fn api_token(&self, id: &str) -> Result<v1::ApiToken, Status> {
+        self.replica
+            .state
+            .read(|applied| applied.state.api_tokens.get(id).map(api_token_to_proto))
+            .ok_or_else(|| {
+                errors::status(
+                    Code::NotFound,
+                    "TOKEN_NOT_FOUND",
+                    format!("no API token {id:?}"),
+                    [],
+                )
+            })
+    }
+}
+
+fn api_token_to_proto(token: &palisade_lifecycle::ApiToken) -> v1::ApiToken {
+    v1::ApiToken {
+        id: token.id.clone(),
+        role: token.role.clone(),
+        workspace: token.workspace.clone(),
+        created_by: token.created_by.clone(),
+        created_at_ms: token.created_at_ms,
+        expires_at_ms: token.expires_at_ms,
+        revoked: token.revoked,
     }
 }
 
@@ -480,6 +526,107 @@ impl ClusterAdmin for AdminService {
             orphans,
             orphans_found_total: report.found_total,
             orphans_reaped_total: report.reaped_total,
+        }))
+    }
+
+    async fn create_api_token(
+        &self,
+        request: Request<v1::CreateApiTokenRequest>,
+    ) -> Result<Response<v1::CreateApiTokenResponse>, Status> {
+        let caller = crate::auth::Caller::of(&request)?;
+        let request = request.into_inner();
+        let ttl_ms = i64::try_from(request.ttl_seconds)
+            .ok()
+            .and_then(|seconds| seconds.checked_mul(1000))
+            .filter(|ttl| *ttl <= palisade_lifecycle::limits::API_TOKEN_TTL_MS_MAX)
+            .ok_or_else(|| {
+                errors::status(
+                    Code::InvalidArgument,
+                    "INVALID_TTL_SECONDS",
+                    format!(
+                        "ttl_seconds {} exceeds the longest token lifetime ({} s)",
+                        request.ttl_seconds,
+                        palisade_lifecycle::limits::API_TOKEN_TTL_MS_MAX / 1000
+                    ),
+                    [("field", "ttl_seconds".to_string())],
+                )
+            })?;
+        if crate::auth::Role::parse(&request.role, &request.workspace).is_none() {
+            return Err(errors::status(
+                Code::InvalidArgument,
+                "INVALID_ROLE",
+                format!(
+                    "role {:?} with workspace {:?}: use admin (no workspace), or editor / viewer \
+                     with a workspace",
+                    request.role, request.workspace
+                ),
+                [("field", "role".to_string())],
+            ));
+        }
+        // Expiry counts from the replicated clock, which the first leader's
+        // first tick starts: until then a lifetime has no origin.
+        if ttl_ms > 0 && self.replica.state.read(|applied| applied.state.clock_ms) == 0 {
+            return Err(errors::unavailable(
+                errors::NO_LEADER,
+                "the cluster's replicated clock has not started yet; retry in a few seconds",
+            ));
+        }
+        let (id, secret, token) = crate::auth::new_token();
+        let command = palisade_lifecycle::Command::CreateApiToken {
+            id: id.clone(),
+            secret_sha256: crate::auth::secret_sha256(&secret),
+            role: request.role,
+            workspace: request.workspace,
+            ttl_ms,
+            created_by: caller.principal.clone(),
+        };
+        let proposed = crate::auth::as_caller(caller, self.replica.propose(command)).await?;
+        proposed.response.map_err(errors::rejection)?;
+        let stored = self.api_token(&id)?;
+        Ok(Response::new(v1::CreateApiTokenResponse {
+            token: Some(stored),
+            secret: token,
+        }))
+    }
+
+    async fn list_api_tokens(
+        &self,
+        _request: Request<v1::ListApiTokensRequest>,
+    ) -> Result<Response<v1::ListApiTokensResponse>, Status> {
+        let tokens = self.replica.state.read(|applied| {
+            applied
+                .state
+                .api_tokens
+                .values()
+                .map(api_token_to_proto)
+                .collect()
+        });
+        Ok(Response::new(v1::ListApiTokensResponse { tokens }))
+    }
+
+    async fn revoke_api_token(
+        &self,
+        request: Request<v1::RevokeApiTokenRequest>,
+    ) -> Result<Response<v1::ApiToken>, Status> {
+        let caller = crate::auth::Caller::of(&request)?;
+        let request = request.into_inner();
+        let command = palisade_lifecycle::Command::RevokeApiToken {
+            id: request.id.clone(),
+        };
+        let proposed = crate::auth::as_caller(caller, self.replica.propose(command)).await?;
+        proposed.response.map_err(errors::rejection)?;
+        Ok(Response::new(self.api_token(&request.id)?))
+    }
+
+    async fn who_am_i(
+        &self,
+        request: Request<v1::WhoAmIRequest>,
+    ) -> Result<Response<v1::WhoAmIResponse>, Status> {
+        let caller = crate::auth::Caller::of(&request)?;
+        Ok(Response::new(v1::WhoAmIResponse {
+            principal: caller.principal.clone(),
+            role: caller.role.name().to_string(),
+            workspace: caller.role.workspace().to_string(),
         }))
     }
 }

@@ -229,3 +229,58 @@ mod tests {
         }
     }
 }
+
+/// Wraps a service so that only its methods `methods` are served (the rest
+/// answer UNIMPLEMENTED): the peer port exposes of `ClusterAdmin` only what
+/// replicas ask each other (founding members' `GetClusterInfo`, membership
+/// changes a follower relays to the leader).
+pub fn only_methods<S>(inner: S, methods: &'static [&'static str]) -> OnlyMethod<S> {
+    OnlyMethod { inner, methods }
+}
+
+/// A service behind [`only_methods`].
+#[derive(Clone)]
+pub struct OnlyMethod<S> {
+    inner: S,
+    methods: &'static [&'static str],
+}
+
+impl<S: NamedService> NamedService for OnlyMethod<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<tonic::body::Body>> for OnlyMethod<S>
+where
+    S: Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = Infallible,
+        > + Send,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let allowed = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| self.methods.contains(&name));
+        if !allowed {
+            let refusal = tonic::Status::unimplemented(format!(
+                "{} is not served on the peer port; use the public listener",
+                request.uri().path()
+            ));
+            return Box::pin(async move { Ok(refusal.into_http()) });
+        }
+        let response = self.inner.call(request);
+        Box::pin(response)
+    }
+}

@@ -130,7 +130,7 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
         Reason::ResourceExhausted | Reason::QuotaExceeded { .. } => Code::ResourceExhausted,
         Reason::SandboxIdentityMismatch | Reason::StaleExecution => Code::Aborted,
         Reason::RequestIdReused => Code::AlreadyExists,
-        Reason::SessionNotFound => Code::NotFound,
+        Reason::SessionNotFound | Reason::TokenNotFound => Code::NotFound,
         Reason::PolicyVersionMismatch => Code::Aborted,
     };
     let metadata = match &rejection.reason {

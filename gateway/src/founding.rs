@@ -250,19 +250,20 @@ pub fn may_found(node_id: NodeId, data_dir: &Path, views: &[PeerView]) -> Result
 pub async fn ask_founding_members(
     node_id: NodeId,
     initial_cluster: &BTreeMap<NodeId, String>,
+    tls: Option<&palisade_raft::tls::TlsMaterial>,
 ) -> Vec<PeerView> {
     let asks = initial_cluster
         .iter()
         .filter(|(id, _)| **id != node_id)
         .map(|(id, address)| async move {
             let asked = tokio::time::timeout(FOUNDING_CHECK_TIMEOUT, async {
-                let channel =
-                    tonic::transport::Endpoint::from_shared(crate::admin::endpoint_uri(address))
-                        .map_err(|error| error.to_string())?
-                        .connect_timeout(FOUNDING_CHECK_TIMEOUT)
-                        .connect()
-                        .await
-                        .map_err(|error| error.to_string())?;
+                // The members' peer ports, over the same mutual TLS as Raft.
+                let channel = palisade_raft::tls::peer_endpoint(address, *id, tls)
+                    .map_err(|error| error.to_string())?
+                    .connect_timeout(FOUNDING_CHECK_TIMEOUT)
+                    .connect()
+                    .await
+                    .map_err(|error| error.to_string())?;
                 ClusterAdminClient::new(channel)
                     .get_cluster_info(v1::GetClusterInfoRequest {})
                     .await

@@ -86,6 +86,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod auth;
 pub mod convert;
 pub mod edge;
 pub mod errors;

@@ -1,6 +1,8 @@
-//! Running one gateway replica: storage, Raft, the effect executor, the gRPC
-//! server (public API, cluster admin, peer transport, health), and a
-//! designed shutdown.
+//! Running one gateway replica: storage, Raft, the effect executor, two gRPC
+//! servers — the public one (public API, cluster admin, health; TLS) and
+//! the peer port (Raft and forwarded writes only; mutual TLS under the
+//! cluster CA, a peer's node id from its certificate) — and a designed
+//! shutdown.
 //!
 //! Shutdown is notify-then-drain (as in mini-redis): the caller passes a
 //! future that resolves when the replica must stop; the replica then
@@ -140,10 +142,20 @@ impl Default for ServerLimits {
 pub struct NodeConfig {
     /// This replica's node id (unique in the cluster, never reused).
     pub node_id: NodeId,
-    /// Where the gRPC server listens.
+    /// Where the public gRPC server listens (public API, cluster admin,
+    /// health).
     pub listen: SocketAddr,
-    /// Address other replicas and clients reach this one at.
+    /// Where the peer port listens (Raft and forwarded writes only, mutual
+    /// TLS). `None` only for in-process tests and the chaos harness in
+    /// plaintext, which pass one listener for both
+    /// ([`run_with_listeners`]).
+    pub peer_listen: Option<SocketAddr>,
+    /// Address other replicas reach this one's peer port at: what the
+    /// membership records.
     pub advertise: String,
+    /// TLS on both ports (cluster CA, this node's certificate and key);
+    /// `None` is plaintext, only with an explicit `--insecure`.
+    pub tls: Option<palisade_raft::tls::TlsMaterial>,
     /// Raft log, vote and snapshots live here.
     pub data_dir: PathBuf,
     /// The founding members (`id -> address`). Empty for a replica that
@@ -195,6 +207,9 @@ pub enum NodeError {
         /// The node id this replica was started with.
         node_id: NodeId,
     },
+    /// The TLS material is unusable, or does not fit the configuration.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The public listener could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Listen {
@@ -315,6 +330,12 @@ fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> Result<(), Nod
         move |source| NodeError::DataDir { path, source }
     };
     std::fs::create_dir_all(data_dir).map_err(failed(data_dir))?;
+    // The log holds the execution-token secret: the owner's only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(failed(data_dir))?;
+    }
     let marker = data_dir.join("node-id");
     match std::fs::read_to_string(&marker) {
         Ok(existing) => {
@@ -371,13 +392,8 @@ pub async fn run(
     driver: Arc<dyn ComputeDriver>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| NodeError::Listen {
-            address: config.listen,
-            source,
-        })?;
-    run_with_listener(config, driver, listener, shutdown).await
+    let (public, peer) = bind_listeners(&config).await?;
+    run_with_listeners(config, driver, public, peer, NodeHooks::default(), shutdown).await
 }
 
 /// Like [`run`], on a listener the caller bound (tests bind port 0).
@@ -390,8 +406,25 @@ pub async fn run_with_listener(
     run_with_hooks(config, driver, listener, NodeHooks::default(), shutdown).await
 }
 
+/// Binds the public listener and the peer listener of `config`.
+pub async fn bind_listeners(
+    config: &NodeConfig,
+) -> Result<(TcpListener, Option<TcpListener>), NodeError> {
+    let bind = |address: SocketAddr| async move {
+        TcpListener::bind(address)
+            .await
+            .map_err(|source| NodeError::Listen { address, source })
+    };
+    let public = bind(config.listen).await?;
+    let peer = match config.peer_listen {
+        Some(address) => Some(bind(address).await?),
+        None => None,
+    };
+    Ok((public, peer))
+}
+
 /// Like [`run_with_listener`], with fault-injection hooks (tests and the
-/// chaos harness).
+/// chaos harness). One listener for everything: plaintext only.
 pub async fn run_with_hooks(
     config: NodeConfig,
     driver: Arc<dyn ComputeDriver>,
@@ -399,7 +432,40 @@ pub async fn run_with_hooks(
     hooks: NodeHooks,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
+    run_with_listeners(config, driver, listener, None, hooks, shutdown).await
+}
+
+/// Runs one replica on the listeners the caller bound: `public` serves the
+/// public API, cluster admin and health; `peer` serves only Raft, forwarded
+/// writes and read indexes (plus the read-only `GetClusterInfo` founding
+/// members ask each other), behind mutual TLS when `config.tls` is set.
+///
+/// `peer: None` serves the peer service on the public listener too: only
+/// for in-process tests and the chaos harness, and refused with TLS (a
+/// secured replica never mixes the two).
+pub async fn run_with_listeners(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    listener: TcpListener,
+    peer_listener: Option<TcpListener>,
+    hooks: NodeHooks,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
     let node_id = config.node_id;
+    if let Some(tls) = &config.tls {
+        if peer_listener.is_none() {
+            return Err(NodeError::Tls(
+                "a replica with TLS needs its own peer listener (--peer-listen)".into(),
+            ));
+        }
+        let certified = tls.node_id().map_err(NodeError::Tls)?;
+        if certified != node_id {
+            return Err(NodeError::Tls(format!(
+                "the certificate is node {certified}'s, but this is node {node_id}; \
+                 use node-{node_id}'s certificate"
+            )));
+        }
+    }
     claim_data_dir(&config.data_dir, node_id)?;
     // Bound first, so a taken port fails the start, not a later scrape.
     let metrics_listener = match config.metrics_listen {
@@ -430,16 +496,23 @@ pub async fn run_with_hooks(
     }
     let state = state_machine.handle();
     let raft_config = Arc::new(raft_config(&config.timing, &config.log_policy)?);
-    let peers =
-        PeerClients::new(node_id).with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone());
+    let peers = PeerClients::new(node_id)
+        .with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone())
+        .with_tls(config.tls.clone());
     let network = peers.network_factory();
     let raft: Raft = openraft::Raft::new(node_id, raft_config, network, log_store, state_machine)
         .await
         .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
 
     if !config.initial_cluster.is_empty()
-        && let Err(error) =
-            initialize_once(&raft, node_id, &config.data_dir, &config.initial_cluster).await
+        && let Err(error) = initialize_once(
+            &raft,
+            node_id,
+            &config.data_dir,
+            &config.initial_cluster,
+            config.tls.as_ref(),
+        )
+        .await
     {
         raft.shutdown().await.ok();
         return Err(error);
@@ -523,7 +596,27 @@ pub async fn run_with_hooks(
     let local = listener
         .local_addr()
         .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?;
-    info!(node = node_id, listen = %local, advertise = %config.advertise, "replica serving");
+    let peer_local = match &peer_listener {
+        Some(peer) => Some(peer.local_addr().map_err(|error| {
+            NodeError::Server(format!("peer listener has no address: {error}"))
+        })?),
+        None => None,
+    };
+    info!(
+        node = node_id,
+        listen = %local,
+        peer_listen = ?peer_local,
+        advertise = %config.advertise,
+        tls = config.tls.is_some(),
+        "replica serving"
+    );
+    if config.tls.is_none() {
+        warn!(
+            node = node_id,
+            "INSECURE: TLS is off (--insecure): the public API and the peer port are \
+             plaintext, and peers are not authenticated; never run a real cluster like this"
+        );
+    }
     // The metrics listener stops when this sender is dropped (this
     // function returns, whichever way).
     let (_metrics_stop, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -548,36 +641,102 @@ pub async fn run_with_hooks(
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let gate = DrainGate::new(config.limits.requests_in_flight_max, metrics.clone());
     let (reflection_v1, reflection_v1alpha) = reflection_services()?;
-    let server = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(config.limits.streams_per_connection_max))
+    let mut public = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.limits.streams_per_connection_max));
+    if let Some(tls) = &config.tls {
+        public = public
+            .tls_config(tls.public_server())
+            .map_err(|error| NodeError::Tls(format!("public listener: {error}")))?;
+    }
+    let mut peer_service = PeerService::new(raft.clone());
+    if config.tls.is_some() {
+        peer_service = peer_service.with_certificate_identity();
+    }
+    // Every public and admin request is authenticated first (`auth`); the
+    // RPC metrics (`Observed`) count the refusals too.
+    let authenticator = match &config.tls {
+        Some(_) => crate::auth::Authenticator::Verify(replica.state.clone()),
+        None => crate::auth::Authenticator::Insecure,
+    };
+    let public = public
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(Observed::new(
-            gate.guard(crate::edge::single_message(
-                PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
-            )),
-            metrics.clone(),
-            node_id,
-        ))
-        .add_service(Observed::new(
-            crate::edge::single_message(
-                ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
-                    .max_decoding_message_size(REQUEST_BYTES_MAX),
+            crate::auth::authenticate(
+                gate.guard(crate::edge::single_message(
+                    PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
+                )),
+                authenticator.clone(),
             ),
             metrics.clone(),
             node_id,
         ))
-        .add_service(PeerService::new(raft.clone()).into_server())
-        // TCP_NODELAY on every accepted connection: without it a small
-        // answer (a read, a Raft append acknowledgement) waits for the
-        // client's delayed ACK (Nagle), ~40 ms on Linux.
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = drain_rx.await;
-            },
-        );
+        .add_service(Observed::new(
+            crate::auth::authenticate(
+                crate::edge::single_message(
+                    ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
+                        .max_decoding_message_size(REQUEST_BYTES_MAX),
+                ),
+                authenticator,
+            ),
+            metrics.clone(),
+            node_id,
+        ));
+    let (drain_peer_tx, drain_peer_rx) = tokio::sync::oneshot::channel::<()>();
+    let (public, peer_server) = match peer_listener {
+        None => (public.add_service(peer_service.into_server()), None),
+        Some(peer_listener) => {
+            let mut peer = tonic::transport::Server::builder();
+            if let Some(tls) = &config.tls {
+                peer = peer
+                    .tls_config(tls.peer_server())
+                    .map_err(|error| NodeError::Tls(format!("peer listener: {error}")))?;
+            }
+            let peer = peer
+                .add_service(peer_service.into_server())
+                // What replicas ask each other of the admin service:
+                // founding members' cluster views, and membership changes
+                // a follower relays to the leader (after it checked the
+                // caller is an admin). A peer is a cluster member proven by
+                // its certificate: it acts as an admin here.
+                .add_service(crate::auth::authenticate(
+                    crate::edge::only_methods(
+                        ClusterAdminServer::new(AdminService::new(
+                            replica.clone(),
+                            executor.clone(),
+                        )),
+                        &crate::admin::RELAYED_METHODS,
+                    ),
+                    crate::auth::Authenticator::Insecure,
+                ))
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(peer_listener)
+                        .with_nodelay(Some(true)),
+                    async {
+                        let _ = drain_peer_rx.await;
+                    },
+                );
+            (public, Some(peer))
+        }
+    };
+    // TCP_NODELAY on every accepted connection: without it a small answer
+    // (a read, a Raft append acknowledgement) waits for the client's
+    // delayed ACK (Nagle), ~40 ms on Linux.
+    let public = public.serve_with_incoming_shutdown(
+        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        async {
+            let _ = drain_rx.await;
+        },
+    );
+    // Both servers as one task: it ends when either fails, or when both
+    // closed after the drain.
+    let server = async move {
+        match peer_server {
+            None => public.await,
+            Some(peer) => tokio::try_join!(public, peer).map(|((), ())| ()),
+        }
+    };
     let mut server = tokio::spawn(server);
 
     tokio::select! {
@@ -638,6 +797,7 @@ pub async fn run_with_hooks(
         );
     }
     let _ = drain_tx.send(());
+    let _ = drain_peer_tx.send(());
     if tokio::time::timeout(SERVER_CLOSE_TIMEOUT, &mut server)
         .await
         .is_err()
@@ -752,6 +912,7 @@ async fn initialize_once(
     node_id: NodeId,
     data_dir: &std::path::Path,
     initial_cluster: &BTreeMap<NodeId, String>,
+    tls: Option<&palisade_raft::tls::TlsMaterial>,
 ) -> Result<(), NodeError> {
     if !initial_cluster.contains_key(&node_id) {
         return Err(NodeError::NotInInitialCluster(node_id));
@@ -764,7 +925,7 @@ async fn initialize_once(
         info!("cluster already initialized; not initializing again");
         return Ok(());
     }
-    let views = founding::ask_founding_members(node_id, initial_cluster).await;
+    let views = founding::ask_founding_members(node_id, initial_cluster, tls).await;
     founding::may_found(node_id, data_dir, &views)?;
     let members: BTreeMap<NodeId, Node> = initial_cluster
         .iter()

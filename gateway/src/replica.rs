@@ -170,6 +170,8 @@ impl Replica {
     /// ([`palisade_metrics::trace`]); a failure is counted by reason.
     pub async fn propose(&self, command: Command) -> Result<Proposed, tonic::Status> {
         self.check_state_budget(&command)?;
+        // The audit trail: who asked, when a request handler proposes.
+        let command = crate::auth::attribute(command);
         let context = palisade_metrics::trace::current();
         if let (Some(request), Some(context)) = (command.request(), &context) {
             palisade_metrics::trace::remember(&request.id, context);

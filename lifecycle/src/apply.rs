@@ -10,14 +10,15 @@ use crate::command::{
     Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };
 use crate::limits::{
-    OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX, RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX,
-    STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX, WORKSPACES_COUNT_MAX,
+    API_TOKEN_TTL_MS_MAX, API_TOKENS_COUNT_MAX, OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX,
+    RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX, STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX,
+    WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
-    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas, Receipt,
-    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, State, Workspace,
-    WorkspacePhase, assert_sandbox_invariants,
+    ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas,
+    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, State,
+    Workspace, WorkspacePhase, assert_sandbox_invariants,
 };
 use crate::validate;
 
@@ -173,6 +174,8 @@ pub enum Reason {
     SessionNotFound,
     /// The policy's version is not the expected one.
     PolicyVersionMismatch,
+    /// No such API token.
+    TokenNotFound,
 }
 
 impl Reason {
@@ -196,6 +199,7 @@ impl Reason {
             Reason::RequestIdReused => "REQUEST_ID_REUSED".into(),
             Reason::SessionNotFound => "SESSION_NOT_FOUND".into(),
             Reason::PolicyVersionMismatch => "POLICY_VERSION_MISMATCH".into(),
+            Reason::TokenNotFound => "TOKEN_NOT_FOUND".into(),
         }
     }
 }
@@ -246,10 +250,65 @@ fn truncate_message(mut message: String) -> String {
     message
 }
 
+/// Records a new API token; its times come from the replicated clock.
+fn create_api_token(state: &mut State, mut token: ApiToken, ttl_ms: i64) -> Response {
+    let field = |field: &str| Reason::InvalidArgument {
+        field: field.to_string(),
+    };
+    match token.role.as_str() {
+        "admin" if !token.workspace.is_empty() => {
+            return reject(
+                field("workspace"),
+                "an admin token is not bound to a workspace",
+            );
+        }
+        "admin" => {}
+        "editor" | "viewer" => {
+            if !state.workspaces.contains_key(&token.workspace) {
+                return reject(
+                    Reason::WorkspaceNotFound,
+                    format!("workspace {:?} does not exist", token.workspace),
+                );
+            }
+        }
+        other => {
+            return reject(
+                field("role"),
+                format!("unknown role {other:?}: admin, editor or viewer"),
+            );
+        }
+    }
+    if !(0..=API_TOKEN_TTL_MS_MAX).contains(&ttl_ms) {
+        return reject(
+            field("ttl_seconds"),
+            format!("a token lives at most {API_TOKEN_TTL_MS_MAX} ms"),
+        );
+    }
+    if state.api_tokens.contains_key(&token.id) {
+        return reject(field("id"), format!("API token id {:?} is taken", token.id));
+    }
+    if state.api_tokens.len() >= API_TOKENS_COUNT_MAX {
+        return reject(
+            Reason::ResourceExhausted,
+            format!("the cluster keeps at most {API_TOKENS_COUNT_MAX} API tokens"),
+        );
+    }
+    token.created_at_ms = state.clock_ms;
+    token.expires_at_ms = if ttl_ms == 0 {
+        0
+    } else {
+        state.clock_ms.saturating_add(ttl_ms)
+    };
+    state.api_tokens.insert(token.id.clone(), token);
+    Ok(Outcome::Housekeeping)
+}
+
 /// Applies one committed command at `position`. Deterministic: depends only
 /// on `state`, `position` and `command`.
 pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Response {
     let response = match command {
+        // Who asked changes nothing in what the command does.
+        Command::Attributed { command, .. } => return apply(state, position, command),
         Command::CreateWorkspace { id, name, .. } => create_workspace(state, position, id, name),
         Command::DeleteWorkspace { name } => delete_workspace(state, position, name),
         Command::BeginCreate {
@@ -361,6 +420,34 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             expected_version,
             ..
         } => owned::set_policy(state, target, document, *expected_version),
+        Command::CreateApiToken {
+            id,
+            secret_sha256,
+            role,
+            workspace,
+            ttl_ms,
+            created_by,
+        } => create_api_token(
+            state,
+            ApiToken {
+                id: id.clone(),
+                secret_sha256: secret_sha256.clone(),
+                role: role.clone(),
+                workspace: workspace.clone(),
+                created_by: created_by.clone(),
+                created_at_ms: 0,
+                expires_at_ms: 0,
+                revoked: false,
+            },
+            *ttl_ms,
+        ),
+        Command::RevokeApiToken { id } => match state.api_tokens.get_mut(id) {
+            Some(token) => {
+                token.revoked = true;
+                Ok(Outcome::Housekeeping)
+            }
+            None => reject(Reason::TokenNotFound, format!("no API token {id:?}")),
+        },
         Command::InitializeCluster {
             cluster_id,
             token_secret_hex,

@@ -170,6 +170,36 @@ pub enum Command {
         /// Proposer's clock, for the audit trail only (not used by apply).
         time_ms: i64,
     },
+    /// Create an API token (an admin's request). The secret never enters
+    /// the log, only its hash.
+    CreateApiToken {
+        /// Public id chosen by the proposer.
+        id: String,
+        /// Hex SHA-256 of the secret.
+        secret_sha256: String,
+        /// `admin`, `editor` or `viewer`.
+        role: String,
+        /// Workspace of an editor or viewer; empty for an admin.
+        workspace: String,
+        /// Lifetime from the replicated clock at apply; 0: never expires.
+        ttl_ms: i64,
+        /// The caller who asked (audit).
+        created_by: String,
+    },
+    /// Revoke an API token (kept, marked revoked).
+    RevokeApiToken {
+        /// The token's id.
+        id: String,
+    },
+    /// A client's command with who asked for it (the audit trail): applied
+    /// exactly as `command`. Only client-proposable commands are wrapped,
+    /// once.
+    Attributed {
+        /// The authenticated caller.
+        by: Attribution,
+        /// The command.
+        command: Box<Command>,
+    },
     /// Record the cluster's identity (once; later ones are ignored).
     InitializeCluster {
         /// Random cluster id.
@@ -281,6 +311,15 @@ pub enum Command {
     },
 }
 
+/// Who asked for a command: the caller the API edge authenticated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attribution {
+    /// `token:ID`, `cert:NAME`, or `insecure` (a replica run plaintext).
+    pub principal: String,
+    /// `admin`, `editor` or `viewer`.
+    pub role: String,
+}
+
 /// What a completion or an observation is bound to, so apply can refuse one
 /// that is not about the sandbox as it is now (DESIGN.md section 6:
 /// "completions carry the operation they complete; apply refuses any
@@ -370,7 +409,52 @@ impl Command {
             | Command::BeginStop { request, .. }
             | Command::BeginStart { request, .. }
             | Command::BeginDelete { request, .. } => Some(request),
+            Command::Attributed { command, .. } => command.request(),
             _ => None,
+        }
+    }
+
+    /// Whether a client request may propose this command, so that a
+    /// follower may forward it to the leader over the peer port. Everything
+    /// else is leader-internal (completions and observations of the effect
+    /// executor, the replicated clock, the cluster's identity and
+    /// configuration): only the leader's own executor proposes those, never
+    /// through the wire, so the peer service refuses them even from a
+    /// member with a valid certificate.
+    pub fn is_client_proposable(&self) -> bool {
+        match self {
+            Command::CreateWorkspace { .. }
+            | Command::DeleteWorkspace { .. }
+            | Command::BeginCreate { .. }
+            | Command::BeginStop { .. }
+            | Command::BeginStart { .. }
+            | Command::BeginDelete { .. }
+            | Command::CreateSshSession { .. }
+            | Command::RevokeSshSession { .. }
+            | Command::SetSandboxPolicy { .. }
+            | Command::CreateApiToken { .. }
+            | Command::RevokeApiToken { .. } => true,
+            Command::Attributed { command, .. } => {
+                !matches!(**command, Command::Attributed { .. }) && command.is_client_proposable()
+            }
+            Command::InitializeCluster { .. }
+            | Command::AdoptDriverIdentity { .. }
+            | Command::Tick { .. }
+            | Command::ConfigureReceiptRetention { .. }
+            | Command::ConfigureQuotas { .. }
+            | Command::CompleteLaunch { .. }
+            | Command::CompleteStop { .. }
+            | Command::CompleteDelete { .. }
+            | Command::ObserveLost { .. }
+            | Command::ObserveExit { .. } => false,
+        }
+    }
+
+    /// The command itself and who asked for it, if it is attributed.
+    pub fn unattributed(&self) -> (&Command, Option<&Attribution>) {
+        match self {
+            Command::Attributed { by, command } => (command.as_ref(), Some(by)),
+            other => (other, None),
         }
     }
 
@@ -391,6 +475,9 @@ impl Command {
             Command::CreateSshSession { .. } => "CreateSshSession",
             Command::RevokeSshSession { .. } => "RevokeSshSession",
             Command::SetSandboxPolicy { .. } => "SetSandboxPolicy",
+            Command::Attributed { command, .. } => command.name(),
+            Command::CreateApiToken { .. } => "CreateApiToken",
+            Command::RevokeApiToken { .. } => "RevokeApiToken",
             Command::InitializeCluster { .. } => "InitializeCluster",
             Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",

@@ -72,9 +72,11 @@ pub mod state;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
-pub use command::{Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget};
+pub use command::{
+    Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
+};
 pub use state::{
-    ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas, Receipt,
-    ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, SandboxPolicy,
-    SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
+    ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas,
+    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase,
+    SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

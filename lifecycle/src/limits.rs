@@ -135,3 +135,9 @@ pub const INPUT_ECHO_CHARS_MAX: usize = 64;
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
 /// Longest replica address (`HOST:PORT`): a DNS name is at most 253.
 pub const ADDRESS_BYTES_MAX: usize = 260;
+
+/// Most API tokens the cluster keeps (revoked and expired ones stay listed
+/// for the audit trail and count too).
+pub const API_TOKENS_COUNT_MAX: usize = 10_000;
+/// Longest lifetime of an API token (`--ttl`): one year.
+pub const API_TOKEN_TTL_MS_MAX: i64 = 366 * 24 * 3600 * 1000;

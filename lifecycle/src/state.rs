@@ -306,6 +306,9 @@ pub struct State {
     /// (then the defaults apply).
     #[serde(default)]
     pub quotas: Quotas,
+    /// API tokens (bearer credentials) by id; only a hash of each secret.
+    #[serde(default)]
+    pub api_tokens: BTreeMap<String, ApiToken>,
 }
 
 /// Per-workspace quotas: replicated configuration (`ConfigureQuotas`,
@@ -365,6 +368,28 @@ impl Quotas {
     }
 }
 
+/// A bearer credential of the public API. Only the SHA-256 of its secret
+/// is kept; the token itself is shown once, to the admin who created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiToken {
+    /// Public id (the middle part of the token).
+    pub id: String,
+    /// Hex SHA-256 of the secret.
+    pub secret_sha256: String,
+    /// `admin`, `editor` or `viewer`.
+    pub role: String,
+    /// The workspace of an editor or viewer; empty for an admin.
+    pub workspace: String,
+    /// Who created it (principal of the caller).
+    pub created_by: String,
+    /// Replicated clock at creation.
+    pub created_at_ms: i64,
+    /// Replicated clock at which it expires; 0: never.
+    pub expires_at_ms: i64,
+    /// Revoked tokens are refused (and kept for the audit trail).
+    pub revoked: bool,
+}
+
 impl Default for State {
     fn default() -> Self {
         Self::new()
@@ -393,6 +418,7 @@ impl State {
             clock_ms: 0,
             receipt_retention_ms: 0,
             quotas: Quotas::default(),
+            api_tokens: BTreeMap::new(),
         }
     }
 

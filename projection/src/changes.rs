@@ -58,7 +58,10 @@ impl Shadow {
             self.position.index + 1,
             "the shadow applies entries in order, without a gap"
         );
-        if let Payload::Command(command) = &record.payload {
+        if let Payload::Command(attributed) = &record.payload {
+            // The caller (audit trail) goes into the event; everything
+            // else is about the command itself.
+            let (command, by) = attributed.unattributed();
             match changes {
                 Some(changes) => {
                     let subject = Subject::of(&self.state, command);
@@ -66,12 +69,10 @@ impl Shadow {
                     let response =
                         palisade_lifecycle::apply(&mut self.state, record.position, command);
                     before.compare(&self.state, &subject, command, changes);
-                    changes.events.push(EventRow::new(
-                        record.position,
-                        command,
-                        &response,
-                        &subject,
-                    ));
+                    let mut event = EventRow::new(record.position, command, &response, &subject);
+                    event.caller = by.map(|by| by.principal.clone());
+                    event.caller_role = by.map(|by| by.role.clone());
+                    changes.events.push(event);
                 }
                 None => {
                     // Replay only: the outcome was projected already.
@@ -125,6 +126,7 @@ impl Shadow {
             clock_ms: state.clock_ms,
             receipt_retention_ms: state.receipt_retention_ms,
             quotas: state.quotas,
+            api_tokens: state.api_tokens.clone(),
         };
         if let Some(cluster) = copy.cluster.as_mut() {
             cluster.token_secret_hex.clear();
@@ -135,6 +137,9 @@ impl Shadow {
             .flat_map(|sessions| sessions.values_mut())
         {
             session.token_sha256.clear();
+        }
+        for token in copy.api_tokens.values_mut() {
+            token.secret_sha256.clear();
         }
         serde_json::to_vec(&copy)
     }
@@ -288,7 +293,12 @@ impl Subject {
             Command::InitializeCluster { .. }
             | Command::AdoptDriverIdentity { .. }
             | Command::ConfigureReceiptRetention { .. }
-            | Command::ConfigureQuotas { .. } => Subject::default(),
+            | Command::ConfigureQuotas { .. }
+            | Command::CreateApiToken { .. }
+            | Command::RevokeApiToken { .. } => Subject::default(),
+            // Unwrapped by the caller (`Shadow::apply`); kept for a nested
+            // one, which the gateway never writes.
+            Command::Attributed { command, .. } => Subject::of(state, command),
             Command::Tick { now_ms, .. } => Subject {
                 time_ms: Some(*now_ms),
                 tick: true,
@@ -405,6 +415,11 @@ pub(crate) struct EventRow {
     pub request_id: Option<String>,
     pub command_time_ms: Option<i64>,
     pub response: Value,
+    /// Who asked (`token:ID`, `cert:NAME`, `insecure`); `None` for
+    /// leader-internal commands and entries from before the audit trail.
+    pub caller: Option<String>,
+    /// The caller's role.
+    pub caller_role: Option<String>,
 }
 
 fn outcome_name(outcome: &Outcome) -> &'static str {
@@ -454,6 +469,8 @@ impl EventRow {
             // A Response holds ids, names, reasons and sandbox records, never
             // the cluster secret; serializing plain data cannot fail.
             response: serde_json::to_value(response).unwrap_or(Value::Null),
+            caller: None,
+            caller_role: None,
         }
     }
 }

@@ -562,6 +562,8 @@ async fn insert_events(
         let mut request_ids = Vec::with_capacity(count);
         let mut times = Vec::with_capacity(count);
         let mut responses = Vec::with_capacity(count);
+        let mut callers = Vec::with_capacity(count);
+        let mut caller_roles = Vec::with_capacity(count);
         for event in chunk {
             indexes.push(to_db("log_index", event.position.index)?);
             terms.push(to_db("term", event.position.term)?);
@@ -574,6 +576,8 @@ async fn insert_events(
             request_ids.push(event.request_id.as_deref());
             times.push(event.command_time_ms);
             responses.push(&event.response);
+            callers.push(event.caller.as_deref());
+            caller_roles.push(event.caller_role.as_deref());
         }
         // A plain INSERT: an index already there is a double apply, which
         // the checkpoint guard rules out; the primary key makes it an error
@@ -581,10 +585,10 @@ async fn insert_events(
         sqlx::query(
             "INSERT INTO lifecycle_events (log_index, term, command, outcome, reason, message,
                                            workspace, sandbox_id, request_id, command_time_ms,
-                                           response)
+                                           response, caller, caller_role)
              SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[],
-                                  $11::jsonb[])",
+                                  $11::jsonb[], $12::text[], $13::text[])",
         )
         .bind(indexes)
         .bind(terms)
@@ -597,6 +601,8 @@ async fn insert_events(
         .bind(request_ids)
         .bind(times)
         .bind(responses)
+        .bind(callers)
+        .bind(caller_roles)
         .execute(&mut **tx)
         .await?;
     }

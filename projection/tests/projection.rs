@@ -820,6 +820,62 @@ async fn raft_replica_source_projects_and_resyncs_after_a_purge() -> Result<()> 
 
 /// The list of phases a query may carry is the lifecycle's; a phase name
 /// the schema does not know would be refused by its CHECK.
+/// The audit trail: an attributed client command's event carries its
+/// caller and role; a leader-internal command's carries none.
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_events_carry_the_caller_of_each_client_command() -> Result<()> {
+    use palisade_lifecycle::{Attribution, Command};
+    let harness = Harness::new(1).await?;
+    let replica = &harness.replica;
+    let (created_at, created) = replica.commit(Command::Attributed {
+        by: Attribution {
+            principal: "token:0123abcd".into(),
+            role: "admin".into(),
+        },
+        command: Box::new(Command::CreateWorkspace {
+            id: "w-1".into(),
+            name: "team".into(),
+            time_ms: 1,
+        }),
+    });
+    created?;
+    let (ticked_at, ticked) = replica.commit(Command::Tick {
+        now_ms: 5,
+        receipt_retention_ms: 0,
+    });
+    ticked?;
+    let (projector, projection) = harness.projector(1)?;
+    let (task, _active) = run(projector);
+    assert_rows_equal(&projection, replica).await?;
+    let rows = sqlx::query(
+        "SELECT log_index, command, caller, caller_role FROM lifecycle_events ORDER BY log_index",
+    )
+    .fetch_all(projection.pool())
+    .await?;
+    let mut seen = BTreeMap::new();
+    for row in rows {
+        let index: i64 = row.try_get("log_index")?;
+        let command: String = row.try_get("command")?;
+        let caller: Option<String> = row.try_get("caller")?;
+        let role: Option<String> = row.try_get("caller_role")?;
+        seen.insert(index as u64, (command, caller, role));
+    }
+    assert_eq!(
+        seen.get(&created_at.index),
+        Some(&(
+            "CreateWorkspace".to_string(),
+            Some("token:0123abcd".to_string()),
+            Some("admin".to_string())
+        ))
+    );
+    assert_eq!(
+        seen.get(&ticked_at.index),
+        Some(&("Tick".to_string(), None, None))
+    );
+    task.abort();
+    Ok(())
+}
+
 #[test]
 fn every_phase_is_allowed_by_the_schema() {
     let schema = include_str!("../migrations/0001_projection.sql");

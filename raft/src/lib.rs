@@ -17,6 +17,8 @@
 //!   shared read handle the gateway reads state through.
 //! - [`network`]: the client side of the peer transport.
 //! - [`peer_service`]: the server side (`palisade.peer.v1.RaftPeer`).
+//! - [`tls`]: mutual TLS between peers; a peer's node id from its
+//!   certificate.
 //! - [`hooks`]: fault-injection hooks for tests and the chaos harness
 //!   (link faults in the transport, fault points inside requests).
 #![deny(missing_docs)]
@@ -25,6 +27,7 @@ pub mod hooks;
 pub mod network;
 pub mod peer_service;
 pub mod state_machine;
+pub mod tls;
 pub mod types;
 
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};

@@ -4,6 +4,14 @@
 //!
 //! # What it owns
 //!
+//! - Who the sender is. Behind the peer port's mutual TLS
+//!   ([`PeerService::with_certificate_identity`]) it is the node its client
+//!   certificate names; a message claiming another `from_node` is refused
+//!   with PERMISSION_DENIED ([`crate::tls`]).
+//! - What may be forwarded: only commands a client may propose
+//!   ([`Command::is_client_proposable`]); completions, observations,
+//!   `Tick`, `InitializeCluster` and the like are leader-internal and are
+//!   refused from the wire with PERMISSION_DENIED.
 //! - Who may talk to this replica. A message is refused with
 //!   FAILED_PRECONDITION when its `to_node` is not this replica (the
 //!   membership maps that node to our address), and with PERMISSION_DENIED
@@ -74,6 +82,10 @@ pub const SNAPSHOT_CHUNK_WAIT_MAX: Duration = Duration::from_secs(30);
 pub struct PeerService {
     raft: Raft,
     senders: SenderCheck,
+    /// Mutual TLS: the sender's node id is the one its certificate names,
+    /// and a message claiming another `from_node` is refused. Off only in
+    /// the plaintext (`--insecure`) mode, where `from_node` is believed.
+    identity_from_certificate: bool,
     /// Bounds concurrent snapshot receptions (and so their memory).
     snapshot_receives: Arc<Semaphore>,
 }
@@ -89,8 +101,36 @@ impl PeerService {
         Self {
             raft,
             senders,
+            identity_from_certificate: false,
             snapshot_receives: Arc::new(Semaphore::new(SNAPSHOT_RECEIVES_CONCURRENT_MAX)),
         }
+    }
+
+    /// The same service, taking each sender's node id from its TLS client
+    /// certificate ([`crate::tls::node_id_of_certificate`]). Serve it only
+    /// behind a TLS listener that demands certificates of the cluster CA.
+    pub fn with_certificate_identity(mut self) -> Self {
+        self.identity_from_certificate = true;
+        self
+    }
+
+    /// The node id the request's client certificate names, when identity
+    /// comes from certificates; `None` in the plaintext mode.
+    fn certified_sender<T>(&self, request: &Request<T>) -> Result<Option<NodeId>, Status> {
+        if !self.identity_from_certificate {
+            return Ok(None);
+        }
+        let certificates = request.peer_certs().ok_or_else(|| {
+            Status::unauthenticated("the peer port needs a client certificate of the cluster CA")
+        })?;
+        let first = certificates.first().ok_or_else(|| {
+            Status::unauthenticated("the peer port needs a client certificate of the cluster CA")
+        })?;
+        crate::tls::node_id_of_certificate(first.as_ref())
+            .map(Some)
+            .map_err(|problem| {
+                Status::permission_denied(format!("not a cluster member's certificate: {problem}"))
+            })
     }
 
     /// The tonic service to add to a server, with the same message size
@@ -110,7 +150,9 @@ impl PeerService {
         &self,
         request: Request<PeerMessage>,
     ) -> Result<(NodeId, T), Status> {
+        let certified = self.certified_sender(&request)?;
         let message = request.into_inner();
+        check_claim(certified, message.from_node)?;
         self.senders
             .admit(message.from_node, message.to_node)
             .await?;
@@ -123,11 +165,13 @@ impl PeerService {
     async fn receive_snapshot(
         &self,
         mut chunks: Streaming<SnapshotChunk>,
+        certified: Option<NodeId>,
     ) -> Result<(NodeId, SnapshotHeader, Vec<u8>), Status> {
         let first = next_chunk(&mut chunks)
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
         let (from, to) = (first.from_node, first.to_node);
+        check_claim(certified, from)?;
         self.senders.admit(from, to).await?;
         let header: SnapshotHeader =
             decode(&first.header).map_err(|error| undecodable("snapshot header", &error))?;
@@ -190,6 +234,26 @@ impl PeerService {
             to_node,
             payload: encode(body),
         })
+    }
+}
+
+/// Refuses a message whose `from_node` is not the node its sender's
+/// certificate names (`certified`; `None`: plaintext mode, nothing to
+/// check).
+fn check_claim(certified: Option<NodeId>, claimed: NodeId) -> Result<(), Status> {
+    match certified {
+        Some(node) if node != claimed => {
+            tracing::warn!(
+                certified = node,
+                claimed,
+                "refused a peer message claiming another node's identity"
+            );
+            Err(Status::permission_denied(format!(
+                "the sender's certificate is node {node}'s, but the message claims to come from \
+                 node {claimed}; refused"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -316,8 +380,10 @@ impl RaftPeer for PeerService {
         let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
         // The sender, fixed by the first request; every reply goes to it.
         let requester: Arc<OnceLock<NodeId>> = Arc::default();
+        let certified = self.certified_sender(&request)?;
 
         let requests = AppendRequests {
+            certified,
             incoming: request.into_inner(),
             senders: self.senders.clone(),
             refusal: Arc::clone(&refusal),
@@ -383,8 +449,9 @@ impl RaftPeer for PeerService {
                 ))
             })?;
         let stopped = self.raft_stopped();
+        let certified = self.certified_sender(&request)?;
         let received = tokio::select! {
-            received = self.receive_snapshot(request.into_inner()) => received?,
+            received = self.receive_snapshot(request.into_inner(), certified) => received?,
             () = stopped => {
                 return Err(Status::unavailable(format!(
                     "node {}'s Raft has stopped",
@@ -422,6 +489,19 @@ impl RaftPeer for PeerService {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         let (from, command) = self.open::<Command>(request).await?;
+        if !command.is_client_proposable() {
+            tracing::warn!(
+                node_id = self.node_id(),
+                from_node = from,
+                command = command.name(),
+                "refused a forwarded leader-internal command"
+            );
+            return Err(Status::permission_denied(format!(
+                "{} is a leader-internal command: only the leader's own executor proposes it, \
+                 it is never accepted from the wire",
+                command.name()
+            )));
+        }
         // The request's trace, from the replica that took it (or a new one
         // if it sent none): the applied command's and the effect's lines
         // on this leader carry it ([`palisade_metrics::trace`]).
@@ -477,6 +557,8 @@ impl RaftPeer for PeerService {
 
 /// The request side of one `StreamAppend`: admitted, decoded requests.
 struct AppendRequests {
+    /// The node the stream's client certificate names (TLS mode).
+    certified: Option<NodeId>,
     incoming: Streaming<PeerMessage>,
     senders: SenderCheck,
     refusal: Arc<Mutex<Option<Status>>>,
@@ -505,7 +587,10 @@ impl AppendRequests {
                 "append stream opened by node {first} carried a message from node {}",
                 message.from_node
             ))),
-            _ => self.senders.admit(message.from_node, message.to_node).await,
+            _ => match check_claim(self.certified, message.from_node) {
+                Ok(()) => self.senders.admit(message.from_node, message.to_node).await,
+                Err(refused) => Err(refused),
+            },
         };
         let request = admitted.and_then(|()| {
             decode::<AppendEntriesRequest<TypeConfig>>(&message.payload)

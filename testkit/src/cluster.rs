@@ -11,8 +11,32 @@ use tokio::time::Instant;
 
 use crate::probe::cluster_info;
 use crate::processes::kill_executions;
-use crate::replica::ReplicaProcess;
+use crate::replica::{ReplicaProcess, TlsFiles};
 use crate::{TestkitError, ports};
+
+/// With TLS and [`Ports::Base`], replica N's peer port is
+/// `BASE + PEER_PORT_OFFSET + N - 1` (`palisade up`: 7101, 7102, ...).
+pub const PEER_PORT_OFFSET: u16 = 100;
+
+/// Runs `palisade cluster init-pki --dir DIR --nodes NODES` (keeps what
+/// exists, adds what is missing).
+fn init_pki(palisade: &Path, dir: &Path, nodes: u64) -> Result<(), TestkitError> {
+    let output = std::process::Command::new(palisade)
+        .args(["cluster", "init-pki", "--dir"])
+        .arg(dir)
+        .args(["--nodes", &nodes.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|error| {
+            TestkitError::Pki(format!("cannot run {}: {error}", palisade.display()))
+        })?;
+    if !output.status.success() {
+        return Err(TestkitError::Pki(
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ));
+    }
+    Ok(())
+}
 
 /// How often the waits below ask the replicas again.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -53,6 +77,12 @@ pub struct ClusterSpec {
     /// Each replica in a process group of its own
     /// ([`ReplicaProcess::own_process_group`]).
     pub own_process_groups: bool,
+    /// TLS: `palisade cluster init-pki` writes the CA, node certificates,
+    /// an admin credential and `config.json` into the root; each replica
+    /// gets its own peer port (mutual TLS) and serves its public port over
+    /// TLS. Off (the default for tests): every replica runs `--insecure`
+    /// on one port.
+    pub tls: bool,
 }
 
 impl ClusterSpec {
@@ -70,7 +100,14 @@ impl ClusterSpec {
             log_filter: "info,openraft=warn".to_string(),
             kill_executions_on_drop: true,
             own_process_groups: false,
+            tls: false,
         }
+    }
+
+    /// The same spec with TLS on ([`ClusterSpec::tls`]).
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
     }
 
     /// The same spec with more `gateway run` flags.
@@ -143,7 +180,11 @@ impl LocalCluster {
         };
         let count = u16::try_from(spec.replicas)
             .map_err(|_| TestkitError::Ports(format!("{} replicas", spec.replicas)))?;
+        // With TLS, every replica also has a peer port: the next `count`
+        // ports after the public ones (free ports), or BASE + 100 + N - 1.
+        let tls = spec.tls;
         let base = match spec.ports {
+            Ports::Free if tls => ports::free_ports(count * 2)?,
             Ports::Free => ports::free_ports(count)?,
             Ports::Base(base) if base.checked_add(count.saturating_sub(1)).is_some() => base,
             Ports::Base(base) => {
@@ -152,14 +193,31 @@ impl LocalCluster {
                 )));
             }
         };
+        let peer_base = match spec.ports {
+            Ports::Free => base + count,
+            Ports::Base(base) => base.checked_add(PEER_PORT_OFFSET).ok_or_else(|| {
+                TestkitError::Ports(format!("base port {base} leaves no room for peer ports"))
+            })?,
+        };
         let addresses: Vec<(u64, String)> = (1..=count)
             .map(|index| (u64::from(index), format!("127.0.0.1:{}", base + index - 1)))
             .collect();
+        let peer_address =
+            |id: u64| -> String { format!("127.0.0.1:{}", u64::from(peer_base) + id - 1) };
         let initial_cluster = addresses
             .iter()
-            .map(|(id, address)| format!("{id}={address}"))
+            .map(|(id, address)| {
+                if tls {
+                    format!("{id}={}", peer_address(*id))
+                } else {
+                    format!("{id}={address}")
+                }
+            })
             .collect::<Vec<_>>()
             .join(",");
+        if tls {
+            init_pki(&spec.palisade, &root_path, spec.replicas)?;
+        }
         let driver_dir = root_path.join("executions");
         let mut cluster = LocalCluster {
             replicas: Vec::new(),
@@ -169,7 +227,10 @@ impl LocalCluster {
             initial_cluster,
         };
         for (node_id, address) in addresses {
-            let replica = cluster.new_replica(node_id, &address, true);
+            let mut replica = cluster.new_replica(node_id, &address, true);
+            if tls {
+                replica.peer_listen = Some(peer_address(node_id));
+            }
             cluster.replicas.push(replica);
         }
         Ok(cluster)
@@ -196,7 +257,26 @@ impl LocalCluster {
         replica.env_remove = self.spec.env_remove.clone();
         replica.log_filter = self.spec.log_filter.clone();
         replica.own_process_group = self.spec.own_process_groups;
+        if self.spec.tls {
+            let pki = self.root();
+            replica.tls = Some(TlsFiles {
+                ca: pki.join("ca.pem"),
+                cert: pki.join(format!("node-{node_id}.pem")),
+                key: pki.join(format!("node-{node_id}-key.pem")),
+            });
+            // The probes (wait_for_leader, ...) present the admin
+            // credential init-pki wrote.
+            let read = |name: &str| std::fs::read_to_string(pki.join(name)).unwrap_or_default();
+            let (cert, key) = (read("admin.pem"), read("admin-key.pem"));
+            crate::probe::register_tls(&replica.uri(), &read("ca.pem"), Some((&cert, &key)));
+        }
         replica
+    }
+
+    /// The client config `init-pki` wrote (cluster CA and the admin
+    /// credential), for `PALISADE_CONFIG`; `None` without TLS.
+    pub fn client_config(&self) -> Option<PathBuf> {
+        self.spec.tls.then(|| self.root().join("config.json"))
     }
 
     /// Starts every replica that does not run (the founding ones at first;
@@ -214,10 +294,7 @@ impl LocalCluster {
         let initial_cluster = self
             .replicas
             .iter()
-            .map(|replica| {
-                let address = replica.advertise.as_ref().unwrap_or(&replica.listen);
-                format!("{}={address}", replica.node_id)
-            })
+            .map(|replica| format!("{}={}", replica.node_id, replica.peer_address()))
             .collect::<Vec<_>>()
             .join(",");
         for replica in &mut self.replicas {
@@ -249,7 +326,13 @@ impl LocalCluster {
         extra_args: &[&str],
     ) -> Result<&mut ReplicaProcess, TestkitError> {
         let address = format!("127.0.0.1:{}", ports::free_port()?);
+        if self.spec.tls {
+            init_pki(&self.spec.palisade, self.root(), node_id)?;
+        }
         let mut replica = self.new_replica(node_id, &address, false);
+        if self.spec.tls {
+            replica.peer_listen = Some(format!("127.0.0.1:{}", ports::free_port()?));
+        }
         replica.extra_args = extra_args.iter().map(|arg| arg.to_string()).collect();
         replica.start()?;
         self.replicas.push(replica);

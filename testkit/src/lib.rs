@@ -40,7 +40,7 @@ pub mod processes;
 pub mod replica;
 
 pub use cluster::{ClusterSpec, LocalCluster, Ports};
-pub use replica::ReplicaProcess;
+pub use replica::{ReplicaProcess, TlsFiles};
 
 use std::path::PathBuf;
 
@@ -67,6 +67,9 @@ pub enum TestkitError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// `palisade cluster init-pki` could not make the cluster's certificates.
+    #[error("palisade cluster init-pki failed: {0}")]
+    Pki(String),
     /// No free loopback port could be found, or the requested ports do not fit.
     #[error("ports: {0}")]
     Ports(String),

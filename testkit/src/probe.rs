@@ -6,7 +6,36 @@ use std::time::Duration;
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// TLS settings of the replicas this process started with TLS, by `https`
+/// URI ([`register_tls`]). A `std` mutex: held only to look up or insert.
+static TLS_BY_URI: std::sync::Mutex<Vec<(String, ClientTlsConfig)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Makes the probes reach `uri` (`https://host:port`) over TLS, trusting
+/// `ca_pem` and presenting `identity` (certificate and key PEM). Called by
+/// [`crate::LocalCluster`] for the replicas of a TLS cluster.
+pub fn register_tls(uri: &str, ca_pem: &str, identity: Option<(&str, &str)>) {
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem));
+    if let Some((cert, key)) = identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    let mut registered = TLS_BY_URI
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    registered.retain(|(known, _)| known != uri);
+    registered.push((uri.to_string(), config));
+}
+
+fn tls_for(uri: &str) -> Option<ClientTlsConfig> {
+    TLS_BY_URI
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(known, _)| known == uri)
+        .map(|(_, config)| config.clone())
+}
 
 /// How long a probe waits to connect.
 pub const PROBE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -16,8 +45,11 @@ pub const PROBE_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// A channel to one replica with short connect and call deadlines; `None`
 /// if it cannot be reached.
 pub async fn channel(uri: &str, call_timeout: Duration) -> Option<Channel> {
-    Endpoint::from_shared(uri.to_string())
-        .ok()?
+    let mut endpoint = Endpoint::from_shared(uri.to_string()).ok()?;
+    if let Some(tls) = tls_for(uri) {
+        endpoint = endpoint.tls_config(tls).ok()?;
+    }
+    endpoint
         .connect_timeout(PROBE_CONNECT_TIMEOUT)
         .timeout(call_timeout)
         .tcp_nodelay(true)

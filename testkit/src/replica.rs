@@ -13,6 +13,17 @@ use crate::processes::{signal, wait_stopped};
 /// process stopped.
 const PAUSE_CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A replica's TLS files (`palisade cluster init-pki` writes them).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The cluster CA certificate.
+    pub ca: PathBuf,
+    /// The node's certificate.
+    pub cert: PathBuf,
+    /// The node's key.
+    pub key: PathBuf,
+}
+
 /// One replica: its flags, its directory and, while it runs, its process.
 /// Dropping it SIGKILLs the process (after a SIGCONT, so a paused one dies
 /// too).
@@ -22,9 +33,14 @@ pub struct ReplicaProcess {
     pub node_id: u64,
     /// `--listen`: where the replica serves (host:port).
     pub listen: String,
-    /// `--advertise`: the address peers reach it at, when not `listen`
-    /// (the chaos harness puts a proxy there).
+    /// `--peer-listen`: its own peer port (required with TLS); `None`: a
+    /// single-port `--insecure` replica.
+    pub peer_listen: Option<String>,
+    /// `--advertise`: the address peers reach it at, when not its peer
+    /// port (the chaos harness puts a proxy there).
     pub advertise: Option<String>,
+    /// `--ca`, `--cert`, `--key`; `None`: the replica runs `--insecure`.
+    pub tls: Option<TlsFiles>,
     /// `--data-dir`.
     pub data_dir: PathBuf,
     /// `--driver-dir`, shared by every replica of a host.
@@ -65,7 +81,9 @@ impl ReplicaProcess {
         ReplicaProcess {
             node_id,
             listen: listen.to_string(),
+            peer_listen: None,
             advertise: None,
+            tls: None,
             log_path: data_dir.join("gateway.log"),
             data_dir,
             driver_dir,
@@ -94,6 +112,23 @@ impl ReplicaProcess {
             "--driver-dir".to_string(),
             self.driver_dir.display().to_string(),
         ];
+        if let Some(peer_listen) = &self.peer_listen {
+            arguments.extend(["--peer-listen".to_string(), peer_listen.clone()]);
+        }
+        match &self.tls {
+            Some(tls) => {
+                for (flag, path) in [
+                    ("--ca", &tls.ca),
+                    ("--cert", &tls.cert),
+                    ("--key", &tls.key),
+                ] {
+                    arguments.extend([flag.to_string(), path.display().to_string()]);
+                }
+            }
+            // Test clusters: plaintext, and sandbox commands as the test's
+            // own user in their execution directory (what tests inspect).
+            None => arguments.extend(["--insecure", "--sandbox-user", "same"].map(String::from)),
+        }
         if let Some(advertise) = &self.advertise {
             arguments.extend(["--advertise".to_string(), advertise.clone()]);
         }
@@ -271,9 +306,20 @@ impl ReplicaProcess {
         &self.listen
     }
 
-    /// `http://LISTEN`.
+    /// `host:port` peers reach it at: `--advertise`, else its peer port,
+    /// else (single-port `--insecure`) `--listen`. What `cluster
+    /// add-learner` takes.
+    pub fn peer_address(&self) -> &str {
+        self.advertise
+            .as_deref()
+            .or(self.peer_listen.as_deref())
+            .unwrap_or(&self.listen)
+    }
+
+    /// `http://LISTEN`, or `https://LISTEN` with TLS.
     pub fn uri(&self) -> String {
-        format!("http://{}", self.listen)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.listen)
     }
 }
 

@@ -44,7 +44,7 @@ use anyhow::bail;
 use clap::Parser;
 use palisade_bench::{
     LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
-    run_main, start_cluster, wait_ready,
+    run_main, start_cluster_with, wait_ready,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
@@ -106,6 +106,12 @@ struct Args {
     /// is 15 s; the default here is pessimistic).
     #[arg(long, default_value_t = 1000, requires = "metrics")]
     scrape_interval_ms: u64,
+    /// Run the replicas as `palisade up` does: TLS on the public port,
+    /// mutual TLS between peers (default: `--insecure`, plaintext). The
+    /// failover trials use plaintext clients, so pass
+    /// `--failover-trials 0` with it.
+    #[arg(long)]
+    tls: bool,
 }
 
 /// The compute drivers the benchmark can run.
@@ -160,11 +166,15 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         }
     }
     gateway_args.extend(args.replica_args.iter().cloned());
+    if args.tls && args.failover_trials > 0 {
+        anyhow::bail!("--tls measures throughput only: pass --failover-trials 0 with it");
+    }
     let mut cluster = if args.metrics {
         let mut spec = palisade_testkit::ClusterSpec::new(palisade, REPLICAS)
             .gateway_args(gateway_args)
             .log_filter(&palisade_bench::replica_log_filter());
         spec.root = Some(root.clone());
+        spec.tls = args.tls;
         let mut cluster = LocalCluster::prepare(spec)?;
         for replica in &mut cluster.replicas {
             let port = palisade_testkit::ports::free_port()?;
@@ -175,7 +185,7 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         cluster.start_all()?;
         cluster
     } else {
-        start_cluster(palisade, &root, gateway_args)?
+        start_cluster_with(palisade, &root, gateway_args, args.tls)?
     };
     let scraper = args.metrics.then(|| {
         let addresses: Vec<String> = cluster

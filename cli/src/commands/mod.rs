@@ -1,6 +1,6 @@
 //! The `palisade` command line: argument parsing (clap) and the client
 //! commands (`sandbox` in [`sandbox`], `ssh-session` and `policy` in
-//! `owned`, `workspace` and `cluster` here). The server commands
+//! `owned`, `auth` in [`auth`], `workspace` and `cluster` here). The server commands
 //! (`gateway run`, `up`) live in [`crate::serve`] and [`crate::up`].
 //!
 //! Exit codes: 0 success; 1 the request failed (the message and the
@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+pub mod auth;
 mod data_plane;
 mod owned;
 mod prune;
@@ -42,6 +43,19 @@ pub struct Cli {
     /// Output format.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Client config (cluster CA and credential) written by `palisade up`
+    /// or `palisade cluster init-pki` (default: ./.palisade/config.json
+    /// when it exists).
+    #[arg(long, global = true, env = "PALISADE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// Plaintext, without TLS (only against replicas run with --insecure).
+    #[arg(long, global = true)]
+    pub insecure: bool,
+    /// API token to present (`palisade auth token create` prints one);
+    /// without it the client certificate of --config, if any, is the
+    /// credential.
+    #[arg(long, global = true, env = "PALISADE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -82,6 +96,9 @@ pub enum Command {
     /// Inspect the cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// API tokens (create, list, revoke) and `whoami`.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
     /// Internal: supervise one execution (started by the process driver).
     #[command(hide = true)]
     Shim(ShimArgs),
@@ -142,6 +159,11 @@ pub enum WorkspaceCommand {
 /// `palisade cluster ...`
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
+    /// Create the cluster CA, a certificate per node and an admin client
+    /// certificate, plus config.json for the CLI (what `palisade up` does
+    /// for itself), for a real deployment. Keeps files that exist.
+    #[command(name = "init-pki")]
+    InitPki(crate::pki::InitPkiArgs),
     /// Show each replica's view: leader, term, commit and applied index,
     /// and how far it lags the leader.
     Status {
@@ -158,12 +180,14 @@ pub enum ClusterCommand {
     },
     /// Add a replica as a learner (it replicates the log but does not
     /// vote); returns once it caught up. Start it first with
-    /// `palisade gateway run --node-id ID --listen ADDRESS --data-dir DIR`
-    /// (no --initial-cluster).
+    /// `palisade gateway run --node-id ID --listen ADDRESS --peer-listen
+    /// PEER_ADDRESS --data-dir DIR` (no --initial-cluster).
     AddLearner {
         /// The new replica's node id (never reuse one).
         node_id: u64,
-        /// HOST:PORT the new replica listens on.
+        /// HOST:PORT of the new replica's peer port (its --advertise, by
+        /// default its --peer-listen; with a single-port --insecure replica,
+        /// its --listen).
         address: String,
     },
     /// Make a caught-up learner a voter.
@@ -375,8 +399,18 @@ pub(crate) fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
 
 /// Runs a client command; returns the process exit code.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Cluster(ClusterCommand::InitPki(args)) = &cli.command {
+        return crate::pki::init(args);
+    }
     let endpoints = parse_endpoints(&cli.endpoint)?;
-    let mut client = Client::new(endpoints.clone());
+    let tls = crate::config::discover(cli.config.as_deref(), cli.insecure)?;
+    let token = match &cli.token {
+        Some(token) => crate::client::BearerToken::new(token)?,
+        None => crate::client::BearerToken::default(),
+    };
+    let mut client = Client::new(endpoints.clone())
+        .with_tls(tls.clone())
+        .with_token(token.clone());
     let workspace = cli.workspace.clone();
     let output = cli.output;
     match cli.command {
@@ -389,11 +423,12 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(ClusterCommand::Status {
             watch: false,
             interval_seconds: _,
-        }) => cluster_status(&endpoints, output).await,
+        }) => cluster_status(&endpoints, tls, token, output).await,
         Command::Cluster(ClusterCommand::Status {
             watch: true,
             interval_seconds,
-        }) => watch_cluster_status(&endpoints, output, interval_seconds).await,
+        }) => watch_cluster_status(&endpoints, tls, token, output, interval_seconds).await,
+        Command::Auth(command) => auth::run(&mut client, &workspace, output, command).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
@@ -510,6 +545,8 @@ const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
 /// the watch goes on: watching a cluster come back is the point.
 async fn watch_cluster_status(
     endpoints: &[String],
+    tls: Option<crate::client::ClientTls>,
+    token: crate::client::BearerToken,
     output: Output,
     interval_seconds: u64,
 ) -> anyhow::Result<()> {
@@ -519,7 +556,7 @@ async fn watch_cluster_status(
             print!("{CLEAR_SCREEN}");
         }
         let started = std::time::Instant::now();
-        if let Err(error) = cluster_status(endpoints, output).await {
+        if let Err(error) = cluster_status(endpoints, tls.clone(), token.clone(), output).await {
             println!("no replica answered: {error:#}");
         }
         if output == Output::Table {
@@ -553,10 +590,17 @@ fn utc_now() -> String {
 
 /// `cluster status`: asks every endpoint for its own view, so a replica
 /// that is down or behind shows as such.
-async fn cluster_status(endpoints: &[String], output: Output) -> anyhow::Result<()> {
+async fn cluster_status(
+    endpoints: &[String],
+    tls: Option<crate::client::ClientTls>,
+    token: crate::client::BearerToken,
+    output: Output,
+) -> anyhow::Result<()> {
     let mut views = Vec::new();
     for endpoint in endpoints {
-        let mut single = Client::new(vec![endpoint.clone()]);
+        let mut single = Client::new(vec![endpoint.clone()])
+            .with_tls(tls.clone())
+            .with_token(token.clone());
         single.failover_deadline = std::time::Duration::ZERO;
         let view =
             single
@@ -845,7 +889,9 @@ async fn cluster_change(
                 .await?,
             format!("node {node_id} now leads"),
         ),
-        ClusterCommand::Status { .. } => unreachable!("status is handled by cluster_status"),
+        ClusterCommand::Status { .. } | ClusterCommand::InitPki(_) => {
+            unreachable!("status and init-pki are handled in run_client")
+        }
         ClusterCommand::Reconcile { dry_run } => {
             return cluster_reconcile(client, output, dry_run).await;
         }

@@ -75,6 +75,8 @@ pub struct ProcessDriver {
     shim_program: PathBuf,
     driver_id: String,
     timeouts: ProcessDriverTimeouts,
+    /// Whom commands run as; `None`: the gateway's own user.
+    sandbox_user: Option<super::SandboxUser>,
 }
 
 impl ProcessDriver {
@@ -108,7 +110,15 @@ impl ProcessDriver {
             shim_program,
             driver_id,
             timeouts: ProcessDriverTimeouts::default(),
+            sandbox_user: None,
         })
+    }
+
+    /// The same driver running every command as `user`, in a working
+    /// directory under its `work_root` ([`super::run_as`]).
+    pub fn with_sandbox_user(mut self, user: Option<super::SandboxUser>) -> Self {
+        self.sandbox_user = user;
+        self
     }
 
     /// The same driver with other time limits.
@@ -127,10 +137,15 @@ impl ProcessDriver {
         self.driver_dir.join(sandbox_id)
     }
 
-    /// The sandbox's persistent working directory (`.workdirs/<sandbox_id>`):
-    /// every execution's command and every exec runs in it.
+    /// The sandbox's persistent working directory: every execution's
+    /// command and every exec runs in it. `.workdirs/<sandbox_id>` under the
+    /// driver directory, or, with a sandbox user, `<work root>/<sandbox_id>`
+    /// outside the driver and data directories, owned by that user.
     pub fn work_dir(&self, sandbox_id: &str) -> PathBuf {
-        super::exec::workdir_of(&self.driver_dir, sandbox_id)
+        match &self.sandbox_user {
+            Some(user) => user.for_sandbox(sandbox_id).work_dir,
+            None => super::exec::workdir_of(&self.driver_dir, sandbox_id),
+        }
     }
 
     /// Directory of one execution.
@@ -282,7 +297,11 @@ impl ProcessDriver {
         let sandbox_dir = self.sandbox_dir(&spec.sandbox_id);
         let lock = self.lock(&sandbox_dir)?;
         let admitted = admit_fence(&lock, &sandbox_dir, fence)?;
-        let created = create_execution_dir(&self.driver_dir, spec)?;
+        let run_as = self
+            .sandbox_user
+            .as_ref()
+            .map(|user| user.for_sandbox(&spec.sandbox_id));
+        let created = create_execution_dir(&self.driver_dir, spec, run_as.as_ref())?;
         if !created {
             // A generation this call created was made durable by an fsync of the
             // sandbox directory, which made the fence record created above durable
@@ -297,9 +316,16 @@ impl ProcessDriver {
         let Some(tombstone) = tombstone else {
             // Admitted: the sandbox's persistent working directory, made
             // under the lock so a concurrent `remove` deletes it after.
-            let work_dir = super::exec::workdir_of(&self.driver_dir, &spec.sandbox_id);
-            fs::create_dir_all(&work_dir)
-                .map_err(|error| io_uncertain("creating", &work_dir, error))?;
+            match &run_as {
+                Some(run_as) => run_as
+                    .prepare_work_dir()
+                    .map_err(|error| io_uncertain("creating", &run_as.work_dir, error))?,
+                None => {
+                    let work_dir = self.work_dir(&spec.sandbox_id);
+                    fs::create_dir_all(&work_dir)
+                        .map_err(|error| io_uncertain("creating", &work_dir, error))?;
+                }
+            }
             return Ok(());
         };
         if created {
@@ -618,7 +644,7 @@ impl ProcessDriver {
             match deleted {
                 Deletion::Done => {
                     // Then the working directory: nothing runs in it any more.
-                    let work_dir = super::exec::workdir_of(&self.driver_dir, sandbox_id);
+                    let work_dir = self.work_dir(sandbox_id);
                     blocking(move || match fs::remove_dir_all(&work_dir) {
                         Ok(()) => Ok(()),
                         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -804,6 +830,7 @@ impl ComputeDriver for ProcessDriver {
 pub(crate) fn create_execution_dir(
     driver_dir: &Path,
     spec: &LaunchSpec,
+    run_as: Option<&super::RunAs>,
 ) -> Result<bool, DriverError> {
     let sandbox_dir = driver_dir.join(&spec.sandbox_id);
     let dir = sandbox_dir.join(spec.generation.to_string());
@@ -815,7 +842,7 @@ pub(crate) fn create_execution_dir(
             spec.generation,
             uuid::Uuid::new_v4()
         ));
-        let built = build_staging_dir(&staging, spec);
+        let built = build_staging_dir(&staging, spec, run_as);
         let renamed = built.and_then(|()| fs::rename(&staging, &dir));
         match renamed {
             Ok(()) => {
@@ -853,8 +880,18 @@ pub(crate) fn create_execution_dir(
     }
 }
 
-pub(crate) fn build_staging_dir(staging: &Path, spec: &LaunchSpec) -> io::Result<()> {
+pub(crate) fn build_staging_dir(
+    staging: &Path,
+    spec: &LaunchSpec,
+    run_as: Option<&super::RunAs>,
+) -> io::Result<()> {
     fs::create_dir(staging)?;
+    if let Some(run_as) = run_as {
+        write_file_synced(
+            &staging.join(super::RUN_AS_FILE),
+            &serde_json::to_vec(run_as)?,
+        )?;
+    }
     write_file_synced(&staging.join(SPEC_FILE), &serde_json::to_vec(spec)?)?;
     sync_dir(staging)
 }

@@ -153,8 +153,21 @@ impl ProcessDriver {
             .ok_or_else(|| DriverError::Uncertain {
                 message: format!("{} has no {SPEC_FILE}", execution_dir.display()),
             })?;
-        let work_dir = workdir_of(self.driver_dir(), &spec.sandbox_id);
-        fs::create_dir_all(&work_dir).map_err(uncertain)?;
+        // As the execution's command: as its sandbox user, if it has one,
+        // in the same working directory.
+        let run_as: Option<super::RunAs> =
+            read_record(&execution_dir.join(super::RUN_AS_FILE)).map_err(uncertain)?;
+        let work_dir = match &run_as {
+            Some(run_as) => {
+                run_as.prepare_work_dir().map_err(uncertain)?;
+                run_as.work_dir.clone()
+            }
+            None => {
+                let work_dir = workdir_of(self.driver_dir(), &spec.sandbox_id);
+                fs::create_dir_all(&work_dir).map_err(uncertain)?;
+                work_dir
+            }
+        };
         let mut environment: BTreeMap<String, String> =
             BTreeMap::from([("PATH".to_owned(), DEFAULT_PATH.to_owned())]);
         environment.extend(launch.env);
@@ -184,6 +197,10 @@ impl ProcessDriver {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(run_as) = &run_as {
+            // std drops the supplementary groups when it sets the uid.
+            command.uid(run_as.uid).gid(run_as.gid);
+        }
         let child = command.spawn().map_err(|error| DriverError::Rejected {
             message: format!("cannot start {:?}: {error}", spec.command[0]),
         })?;

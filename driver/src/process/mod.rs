@@ -187,11 +187,13 @@ pub mod fencing;
 pub mod logs;
 mod procfs;
 pub mod records;
+pub mod run_as;
 pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
 pub use fencing::TombstoneRecord;
 pub use logs::LOG_FILE_BYTES_MAX;
+pub use run_as::{RunAs, SandboxUser};
 pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};
 
 /// Longest accepted sandbox id. Ids are UUIDs (36 bytes); the bound keeps paths short.
@@ -259,6 +261,8 @@ pub(crate) const SHIM_LOG_FILE: &str = "shim.log";
 /// Under the driver directory: one persistent working directory per sandbox
 /// (`exec`). Starts with a dot, so it is never a sandbox id.
 pub(crate) const WORKDIRS_DIRECTORY: &str = ".workdirs";
+/// Present when the command runs as another user ([`SandboxUser`]).
+pub(crate) const RUN_AS_FILE: &str = "run-as.json";
 pub(crate) const SANDBOX_LOCK_FILE: &str = "sandbox.lock";
 /// Prefix of fence records (empty files named by the fence; see `fencing`).
 pub(crate) const FENCE_PREFIX: &str = "fence.";
@@ -370,6 +374,7 @@ mod tests {
             &argv,
             &environment,
             work_dir,
+            None,
         )
         .expect("prepared")
     }
@@ -410,6 +415,7 @@ mod tests {
             &argv,
             &Default::default(),
             work.path(),
+            None,
         )
         .expect("prepared");
         let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");

@@ -272,9 +272,21 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
         spec.command.iter().map(OsString::from).collect()
     };
     // The sandbox's persistent working directory (made by the launch; made
-    // here too for an execution claimed before it existed).
-    let work_dir = super::exec::workdir_of(parent_of(sandbox_dir), &spec.sandbox_id);
-    fs::create_dir_all(&work_dir)?;
+    // here too for an execution claimed before it existed). With a sandbox
+    // user (`run_as`) the command runs as that user, in a working directory
+    // outside the driver and data directories.
+    let run_as: Option<super::RunAs> = read_record(&dir.join(super::RUN_AS_FILE))?;
+    let work_dir = match &run_as {
+        Some(run_as) => {
+            run_as.prepare_work_dir()?;
+            run_as.work_dir.clone()
+        }
+        None => {
+            let work_dir = super::exec::workdir_of(parent_of(sandbox_dir), &spec.sandbox_id);
+            fs::create_dir_all(&work_dir)?;
+            work_dir
+        }
+    };
     let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
     // Resolved before anything is forked, so a command that cannot start is a
     // definite rejection with no process left behind.
@@ -288,7 +300,8 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
             .iter()
             .map(|(name, value)| (name.as_str(), value.as_str())),
     );
-    let prepared = PreparedExec::new(&program, &argv, &environment, &work_dir)?;
+    let credentials = run_as.as_ref().map(|run_as| (run_as.uid, run_as.gid));
+    let prepared = PreparedExec::new(&program, &argv, &environment, &work_dir, credentials)?;
     let mut child = spawn_behind_barrier(&prepared)?;
     let leader = child.pid;
     FORWARD_TO_GROUP.store(leader, Ordering::SeqCst);
@@ -428,6 +441,8 @@ pub(crate) struct PreparedExec {
     _environment: Vec<CString>,
     environment_pointers: Vec<*const libc::c_char>,
     work_dir: CString,
+    /// (uid, gid) the command switches to before exec; `None`: the shim's.
+    credentials: Option<(u32, u32)>,
 }
 
 impl PreparedExec {
@@ -436,6 +451,7 @@ impl PreparedExec {
         argv: &[OsString],
         environment: &BTreeMap<&str, &str>,
         work_dir: &Path,
+        credentials: Option<(u32, u32)>,
     ) -> io::Result<PreparedExec> {
         let c_string = |bytes: &[u8]| {
             CString::new(bytes).map_err(|_| {
@@ -466,6 +482,7 @@ impl PreparedExec {
             environment_pointers: pointers(&environment),
             _environment: environment,
             work_dir: c_string(work_dir.as_os_str().as_bytes())?,
+            credentials,
         })
     }
 }
@@ -493,6 +510,7 @@ pub(crate) struct ExecFailure {
 const CHILD_STAGE_REDIRECT: i32 = 1;
 const CHILD_STAGE_CHDIR: i32 = 2;
 const CHILD_STAGE_EXEC: i32 = 3;
+const CHILD_STAGE_CREDENTIALS: i32 = 4;
 /// Exit code of a child whose barrier was closed without the release byte.
 pub(crate) const EXIT_CODE_BARRIER_CLOSED: i32 = 125;
 
@@ -534,6 +552,7 @@ impl BarrierChild {
             stage: match stage {
                 CHILD_STAGE_REDIRECT => "redirecting its input and output",
                 CHILD_STAGE_CHDIR => "entering its working directory",
+                CHILD_STAGE_CREDENTIALS => "switching to the sandbox user",
                 _ => "exec",
             },
             errno,
@@ -622,7 +641,8 @@ struct ChildDescriptors {
 /// # Safety
 ///
 /// Call only in the child of a `fork`. Uses async-signal-safe calls only (sigaction,
-/// sigprocmask, setpgid, close, dup2, chdir, read, write, execve, _exit) and never
+/// sigprocmask, setpgid, close, dup2, chdir, setgroups, setgid, setuid, umask, read,
+/// write, execve, _exit) and never
 /// returns.
 unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! {
     // SAFETY (whole body): see the function's contract; every pointer passed points
@@ -667,6 +687,17 @@ unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! 
         if libc::chdir(prepared.work_dir.as_ptr()) != 0 {
             fail(CHILD_STAGE_CHDIR);
         }
+        // Drop privileges for good: supplementary groups, then the group
+        // (while still allowed to), then the user. The gateway's 077 umask
+        // is for its own files, not the sandbox's.
+        if let Some((uid, gid)) = prepared.credentials
+            && (libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0)
+        {
+            fail(CHILD_STAGE_CREDENTIALS);
+        }
+        libc::umask(0o022);
         let mut byte = 0_u8;
         loop {
             let read = libc::read(fds.barrier_read, (&raw mut byte).cast(), 1);

@@ -18,8 +18,9 @@
 //! - `data_plane`: SandboxLogs and ExecSandbox, served through this
 //!   replica's own compute driver (see there which replica serves).
 //!
-//! The `Palisade` impl below only delegates, so the whole service surface
-//! reads in one place.
+//! The `Palisade` impl below checks the caller's role ([`crate::auth`]:
+//! admin, editor or viewer of the workspace involved) and delegates, so
+//! the whole service surface and who may call it read in one place.
 
 mod data_plane;
 mod owned;
@@ -32,7 +33,16 @@ use palisade_lifecycle::ClusterIdentity;
 use palisade_proto::v1::{self, palisade_server::Palisade};
 use tonic::{Request, Response, Status};
 
+use crate::auth::Caller;
+use crate::errors;
 use crate::replica::Replica;
+
+/// What a request does to the sandbox it names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    View,
+    Edit,
+}
 
 pub use request::WAIT_FOR_PROJECTION_HEADER;
 
@@ -62,6 +72,58 @@ impl PalisadeService {
         &self.replica
     }
 
+    /// Whether `caller` may act on the sandbox `reference` names. By id, the
+    /// sandbox's own workspace decides, and a sandbox of a workspace the
+    /// caller may not see answers NOT_FOUND, as if it did not exist (a
+    /// sandbox never changes workspace, so a local hit is authoritative; a
+    /// miss is confirmed after a read index). By name, the named workspace
+    /// decides (PERMISSION_DENIED: the caller named it). A missing
+    /// reference is left to the handler's validation.
+    async fn authorize_sandbox(
+        &self,
+        caller: &Caller,
+        reference: Option<&v1::SandboxRef>,
+        access: Access,
+    ) -> Result<(), Status> {
+        let Some(reference) = reference else {
+            return Ok(());
+        };
+        if reference.id.is_empty() {
+            let workspace = request::workspace_or_default(&reference.workspace);
+            return match access {
+                Access::View => caller.require_view(workspace),
+                Access::Edit => caller.require_edit(workspace),
+            };
+        }
+        let workspace_of = || {
+            self.replica.state.read(|applied| {
+                applied
+                    .state
+                    .sandboxes
+                    .get(&reference.id)
+                    .map(|sandbox| sandbox.workspace.clone())
+            })
+        };
+        let mut workspace = workspace_of();
+        if workspace.is_none() && !caller.is_admin() {
+            self.replica.linearize().await?;
+            workspace = workspace_of();
+        }
+        let Some(workspace) = workspace else {
+            return Ok(()); // the handler answers NOT_FOUND
+        };
+        if !caller.may_view(&workspace) {
+            return Err(errors::sandbox_not_found(format!(
+                "with id {}",
+                reference.id
+            )));
+        }
+        match access {
+            Access::View => Ok(()),
+            Access::Edit => caller.require_edit(&workspace),
+        }
+    }
+
     fn cluster(&self) -> Option<ClusterIdentity> {
         self.replica
             .state
@@ -75,42 +137,68 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::CreateSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
-        sandboxes::create(self, request).await
+        let caller = Caller::of(&request)?;
+        caller.require_edit(request::workspace_or_default(
+            request.get_ref().workspace.as_str(),
+        ))?;
+        crate::auth::as_caller(caller, sandboxes::create(self, request)).await
     }
 
     async fn get_sandbox(
         &self,
         request: Request<v1::GetSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
-        sandboxes::get(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
+        crate::auth::as_caller(caller, sandboxes::get(self, request)).await
     }
 
     async fn list_sandboxes(
         &self,
         request: Request<v1::ListSandboxesRequest>,
     ) -> Result<Response<v1::ListSandboxesResponse>, Status> {
-        sandboxes::list(self, request).await
+        let caller = Caller::of(&request)?;
+        let (all_workspaces, workspace) = (
+            request.get_ref().all_workspaces,
+            request.get_ref().workspace.as_str(),
+        );
+        if all_workspaces {
+            caller.require_admin("all_workspaces")?;
+        } else {
+            caller.require_view(request::workspace_or_default(workspace))?;
+        }
+        crate::auth::as_caller(caller, sandboxes::list(self, request)).await
     }
 
     async fn stop_sandbox(
         &self,
         request: Request<v1::StopSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
-        sandboxes::stop(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, sandboxes::stop(self, request)).await
     }
 
     async fn start_sandbox(
         &self,
         request: Request<v1::StartSandboxRequest>,
     ) -> Result<Response<v1::Sandbox>, Status> {
-        sandboxes::start(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, sandboxes::start(self, request)).await
     }
 
     async fn delete_sandbox(
         &self,
         request: Request<v1::DeleteSandboxRequest>,
     ) -> Result<Response<v1::DeleteSandboxResponse>, Status> {
-        sandboxes::delete(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, sandboxes::delete(self, request)).await
     }
 
     type WatchSandboxesStream = watch::EventStream;
@@ -137,69 +225,114 @@ impl Palisade for PalisadeService {
         &self,
         request: Request<v1::WatchSandboxesRequest>,
     ) -> Result<Response<Self::WatchSandboxesStream>, Status> {
-        watch::sandboxes(self, request).await
+        let caller = Caller::of(&request)?;
+        let asked = request.get_ref();
+        if !asked.sandbox_id.is_empty() {
+            let by_id = v1::SandboxRef {
+                id: asked.sandbox_id.clone(),
+                ..Default::default()
+            };
+            self.authorize_sandbox(&caller, Some(&by_id), Access::View)
+                .await?;
+        } else if asked.all_workspaces {
+            caller.require_admin("all_workspaces")?;
+        } else {
+            caller.require_view(request::workspace_or_default(&asked.workspace))?;
+        }
+        crate::auth::as_caller(caller, watch::sandboxes(self, request)).await
     }
 
     async fn create_ssh_session(
         &self,
         request: Request<v1::CreateSshSessionRequest>,
     ) -> Result<Response<v1::SshSession>, Status> {
-        owned::create_ssh_session(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, owned::create_ssh_session(self, request)).await
     }
 
     async fn revoke_ssh_session(
         &self,
         request: Request<v1::RevokeSshSessionRequest>,
     ) -> Result<Response<v1::RevokeSshSessionResponse>, Status> {
-        owned::revoke_ssh_session(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, owned::revoke_ssh_session(self, request)).await
     }
 
     async fn list_ssh_sessions(
         &self,
         request: Request<v1::ListSshSessionsRequest>,
     ) -> Result<Response<v1::ListSshSessionsResponse>, Status> {
-        owned::list_ssh_sessions(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
+        crate::auth::as_caller(caller, owned::list_ssh_sessions(self, request)).await
     }
 
     async fn set_sandbox_policy(
         &self,
         request: Request<v1::SetSandboxPolicyRequest>,
     ) -> Result<Response<v1::SandboxPolicy>, Status> {
-        owned::set_sandbox_policy(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::Edit)
+            .await?;
+        crate::auth::as_caller(caller, owned::set_sandbox_policy(self, request)).await
     }
 
     async fn get_sandbox_policy(
         &self,
         request: Request<v1::GetSandboxPolicyRequest>,
     ) -> Result<Response<v1::SandboxPolicy>, Status> {
-        owned::get_sandbox_policy(self, request).await
+        let caller = Caller::of(&request)?;
+        self.authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), Access::View)
+            .await?;
+        crate::auth::as_caller(caller, owned::get_sandbox_policy(self, request)).await
     }
 
     async fn create_workspace(
         &self,
         request: Request<v1::CreateWorkspaceRequest>,
     ) -> Result<Response<v1::Workspace>, Status> {
-        workspaces::create(self, request).await
+        let caller = Caller::of(&request)?;
+        caller.require_admin("create_workspace")?;
+        crate::auth::as_caller(caller, workspaces::create(self, request)).await
     }
 
     async fn get_workspace(
         &self,
         request: Request<v1::GetWorkspaceRequest>,
     ) -> Result<Response<v1::Workspace>, Status> {
-        workspaces::get(self, request).await
+        let caller = Caller::of(&request)?;
+        caller.require_view(request::workspace_or_default(
+            request.get_ref().name.as_str(),
+        ))?;
+        crate::auth::as_caller(caller, workspaces::get(self, request)).await
     }
 
     async fn list_workspaces(
         &self,
         request: Request<v1::ListWorkspacesRequest>,
     ) -> Result<Response<v1::ListWorkspacesResponse>, Status> {
-        workspaces::list(self, request).await
+        let caller = Caller::of(&request)?;
+        // Everyone may list; each sees only the workspaces it has a role in.
+        let mut listed =
+            crate::auth::as_caller(caller.clone(), workspaces::list(self, request)).await?;
+        listed
+            .get_mut()
+            .workspaces
+            .retain(|workspace| caller.may_view(&workspace.name));
+        Ok(listed)
     }
 
     async fn delete_workspace(
         &self,
         request: Request<v1::DeleteWorkspaceRequest>,
     ) -> Result<Response<v1::DeleteWorkspaceResponse>, Status> {
-        workspaces::delete(self, request).await
+        let caller = Caller::of(&request)?;
+        caller.require_admin("delete_workspace")?;
+        crate::auth::as_caller(caller, workspaces::delete(self, request)).await
     }
 }

@@ -123,7 +123,10 @@ impl TestReplica {
         let config = NodeConfig {
             node_id: 1,
             listen: listener.local_addr().expect("bound"),
+            // In-process, plaintext: one listener serves peers too.
+            peer_listen: None,
             advertise: address.clone(),
+            tls: None,
             data_dir: dir.path().join("node-1"),
             initial_cluster: BTreeMap::from([(1, address.clone())]),
             timing: RaftTiming::default(),

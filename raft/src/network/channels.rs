@@ -15,6 +15,7 @@ use tonic::{Code, Status};
 use super::client::PeerNetworkFactory;
 use super::wire::PEER_MESSAGE_BYTES_MAX;
 use crate::hooks::{FaultPoints, LinkFaults, LinkVerdict, PeerRpc};
+use crate::tls::TlsMaterial;
 use crate::types::NodeId;
 
 /// First pause openraft makes before retrying an unreachable peer.
@@ -70,6 +71,8 @@ pub(super) struct Shared {
     pub(super) link_faults: Option<Arc<dyn LinkFaults>>,
     /// Test and chaos hooks ([`crate::hooks`]); `None` in production.
     pub(super) fault_points: Option<Arc<dyn FaultPoints>>,
+    /// Mutual TLS under the cluster CA; `None` only with `--insecure`.
+    tls: Option<Arc<TlsMaterial>>,
 }
 
 #[derive(Debug)]
@@ -88,6 +91,7 @@ impl PeerClients {
                 channels: Mutex::new(HashMap::new()),
                 link_faults: None,
                 fault_points: None,
+                tls: None,
             }),
         }
     }
@@ -107,6 +111,23 @@ impl PeerClients {
                 channels: Mutex::new(HashMap::new()),
                 link_faults,
                 fault_points,
+                tls: self.shared.tls.clone(),
+            }),
+        }
+    }
+
+    /// The same connections over mutual TLS: each peer is dialed with
+    /// `tls`'s certificate and must present `node-<ID>.peer.palisade`
+    /// ([`crate::tls`]). Call it right after [`PeerClients::new`] (or
+    /// [`PeerClients::with_hooks`]), before any clone is made.
+    pub fn with_tls(self, tls: Option<TlsMaterial>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                node_id: self.shared.node_id,
+                channels: Mutex::new(HashMap::new()),
+                link_faults: self.shared.link_faults.clone(),
+                fault_points: self.shared.fault_points.clone(),
+                tls: tls.map(Arc::new),
             }),
         }
     }
@@ -114,6 +135,11 @@ impl PeerClients {
     /// The link-fault verdict for a message to `to` (deliver, without hooks).
     pub(super) fn verdict(&self, to: NodeId, rpc: PeerRpc) -> LinkVerdict {
         link_verdict(self.shared.link_faults.as_ref(), self.node_id(), to, rpc)
+    }
+
+    /// The mutual-TLS material peers are dialed with (`None`: plaintext).
+    pub fn tls(&self) -> Option<&TlsMaterial> {
+        self.shared.tls.as_deref()
     }
 
     /// This replica's node id.
@@ -143,7 +169,7 @@ impl PeerClients {
             match channels.get(&target) {
                 Some(cached) if cached.addr == addr => cached.channel.clone(),
                 _ => {
-                    let channel = endpoint(addr)
+                    let channel = endpoint(addr, target, self.shared.tls.as_deref())
                         .map_err(|error| {
                             format!("node {target} has an invalid address {addr:?}: {error}")
                         })?
@@ -165,14 +191,14 @@ impl PeerClients {
     }
 }
 
-/// The tonic endpoint for a peer address (`host:port`, or a full URI).
-fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    Ok(Endpoint::from_shared(uri)?
+/// The tonic endpoint for a peer address (`host:port`, or a full URI),
+/// over mutual TLS when `tls` is given.
+fn endpoint(
+    addr: &str,
+    target: NodeId,
+    tls: Option<&TlsMaterial>,
+) -> Result<Endpoint, tonic::transport::Error> {
+    Ok(crate::tls::peer_endpoint(addr, target, tls)?
         .connect_timeout(CONNECT_TIMEOUT)
         // Raft messages are small and latency-bound.
         .tcp_nodelay(true)
@@ -295,8 +321,8 @@ mod tests {
 
     #[test]
     fn addresses_become_http_uris() {
-        assert!(endpoint("127.0.0.1:7001").is_ok());
-        assert!(endpoint("http://replica-2.palisade:7001").is_ok());
-        assert!(endpoint("not an address").is_err());
+        assert!(endpoint("127.0.0.1:7001", 1, None).is_ok());
+        assert!(endpoint("http://replica-2.palisade:7001", 2, None).is_ok());
+        assert!(endpoint("not an address", 1, None).is_err());
     }
 }
