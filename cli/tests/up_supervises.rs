@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::cluster::cluster_info;
-use support::{alive, cli, free_ports, palisade, signal};
+use support::{alive, free_ports, palisade, signal};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -104,7 +104,17 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
         .map(|offset| format!("127.0.0.1:{}", base + offset))
         .collect::<Vec<_>>()
         .join(",");
-    let uri = |node: u64| format!("http://127.0.0.1:{}", base + node as u16 - 1);
+    // `up` runs TLS: the probes and the CLI use the admin credential it made.
+    let pki = dir.path().join("cluster");
+    let read = |name: &str| std::fs::read_to_string(pki.join(name)).unwrap();
+    let uri = |node: u64| format!("https://127.0.0.1:{}", base + node as u16 - 1);
+    for node in 1..=3 {
+        palisade_testkit::probe::register_tls(
+            &uri(node),
+            &read("ca.pem"),
+            Some((&read("admin.pem"), &read("admin-key.pem"))),
+        );
+    }
     let deadline = Instant::now() + PHASE_TIMEOUT;
     let first_leader = loop {
         if let Some(info) = cluster_info(&uri(1)).await
@@ -148,7 +158,18 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     assert_ne!(restarted, pid);
 
     // The cluster serves, and the restarted replica rejoins.
-    let created = cli(&endpoints, &["workspace", "create", "after-failover"]);
+    let created = Command::new(palisade())
+        .args([
+            "--endpoint",
+            &endpoints,
+            "workspace",
+            "create",
+            "after-failover",
+        ])
+        .env("PALISADE_CONFIG", pki.join("config.json"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run palisade CLI");
     assert!(
         created.status.success(),
         "{}",
