@@ -163,7 +163,7 @@ fn read(path: &Path) -> anyhow::Result<String> {
 
 /// Writes `text` to a new file readable by its owner only (0600), through
 /// a temporary file and a rename so a crash leaves no half file.
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     let temporary = path.with_extension("tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)

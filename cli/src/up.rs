@@ -318,6 +318,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         config.display()
     );
     let tls = crate::config::load(&config)?;
+    crate::config::record_endpoints(&config, &cluster.cli_endpoints(&cluster.node_ids()))?;
     let endpoints = cluster.all_uris();
     println!("waiting for a leader...");
     let ready = tokio::select! {

@@ -159,13 +159,8 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
 
     // The cluster serves, and the restarted replica rejoins.
     let created = Command::new(palisade())
-        .args([
-            "--endpoint",
-            &endpoints,
-            "workspace",
-            "create",
-            "after-failover",
-        ])
+        // No --endpoint: `up` recorded its endpoints in the config.
+        .args(["workspace", "create", "after-failover"])
         .env("PALISADE_CONFIG", pki.join("config.json"))
         .stdin(Stdio::null())
         .output()

@@ -28,10 +28,12 @@ pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
 #[derive(Debug, Parser)]
 #[command(name = "palisade", version, about, long_about = None)]
 pub struct Cli {
-    /// Replica endpoints, `host:port` or `http://host:port`, comma-separated;
-    /// the client fails over between them.
-    #[arg(long, global = true, env = "PALISADE_ENDPOINT", default_value = DEFAULT_ENDPOINTS)]
-    pub endpoint: String,
+    /// Replica endpoints, `host:port` or `https://host:port`,
+    /// comma-separated; the client fails over between them. Default: the
+    /// endpoints recorded in the client config by `palisade up`, else
+    /// 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003.
+    #[arg(long, global = true, env = "PALISADE_ENDPOINT")]
+    pub endpoint: Option<String>,
     /// Workspace of the sandbox commands.
     #[arg(
         long,
@@ -397,13 +399,33 @@ pub(crate) fn settled_ok(sandbox: &v1::Sandbox) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `https://` for an endpoint given bare (`host:port` became `http://`).
+fn secure_uri(endpoint: &str) -> String {
+    match endpoint.strip_prefix("http://") {
+        Some(bare) => format!("https://{bare}"),
+        None => endpoint.to_string(),
+    }
+}
+
 /// Runs a client command; returns the process exit code.
 pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
     if let Command::Cluster(ClusterCommand::InitPki(args)) = &cli.command {
         return crate::pki::init(args);
     }
-    let endpoints = parse_endpoints(&cli.endpoint)?;
     let tls = crate::config::discover(cli.config.as_deref(), cli.insecure)?;
+    let endpoints = match &cli.endpoint {
+        Some(endpoint) => endpoint.clone(),
+        None => crate::config::discover_endpoints(cli.config.as_deref(), cli.insecure)?
+            .unwrap_or_else(|| DEFAULT_ENDPOINTS.to_string()),
+    };
+    let mut endpoints = parse_endpoints(&endpoints)?;
+    if tls.is_some() {
+        // What is dialed, so errors name it.
+        endpoints = endpoints
+            .iter()
+            .map(|endpoint| secure_uri(endpoint))
+            .collect();
+    }
     let token = match &cli.token {
         Some(token) => crate::client::BearerToken::new(token)?,
         None => crate::client::BearerToken::default(),
