@@ -100,10 +100,6 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     up.wait_line("Palisade is up", |line| {
         line.starts_with("Palisade is up").then_some(())
     });
-    let endpoints: String = (0..3)
-        .map(|offset| format!("127.0.0.1:{}", base + offset))
-        .collect::<Vec<_>>()
-        .join(",");
     // `up` runs TLS: the probes and the CLI use the admin credential it made.
     let pki = dir.path().join("cluster");
     let read = |name: &str| std::fs::read_to_string(pki.join(name)).unwrap();
