@@ -270,8 +270,13 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let token = self.token.clone();
-        self.with_failover(|channel| call(PalisadeClient::with_interceptor(channel, token.clone())))
-            .await
+        self.with_failover(|channel| {
+            call(
+                PalisadeClient::with_interceptor(channel, token.clone())
+                    .max_decoding_message_size(palisade_lifecycle::limits::RESPONSE_BYTES_MAX),
+            )
+        })
+        .await
     }
 
     /// Calls `call` on the `palisade.v1.ClusterAdmin` service with failover.

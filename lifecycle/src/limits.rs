@@ -125,6 +125,15 @@ pub const RECEIPT_RETENTION_MS_MAX: i64 = 30 * 24 * 3600 * 1000;
 /// it is decoded. The per-field limits above bound each part; this bounds
 /// the whole, and so the size of one log entry.
 pub const REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most encoded bytes of the items of one list page: a page ends before
+/// the item that would pass it (but always holds one item), so a page of
+/// large sandboxes (commands and environments of up to a request's size
+/// each) stays decodable whatever its page size.
+pub const LIST_PAGE_BYTES_MAX: usize = REQUEST_BYTES_MAX;
+/// Largest response message a client must accept: one item can be as
+/// large as the request that wrote it, plus what the server adds (status,
+/// metadata). The CLI's client decodes up to this.
+pub const RESPONSE_BYTES_MAX: usize = REQUEST_BYTES_MAX + 1024 * 1024;
 /// Most characters of a refused input quoted back in an error message
 /// (see [`crate::validate::quoted`]): enough to recognise it, never so
 /// much that the error itself becomes a problem.

@@ -19,6 +19,7 @@ use super::request::{
 use crate::convert::{phase_from_proto, sandbox_to_proto, spec_from_proto};
 use crate::errors;
 use crate::token;
+use palisade_lifecycle::limits::LIST_PAGE_BYTES_MAX;
 
 /// Validates a sandbox reference: an id, or a name (with a workspace).
 pub(super) fn target_from_ref(sandbox: Option<v1::SandboxRef>) -> Result<SandboxTarget, Status> {
@@ -335,12 +336,24 @@ pub(super) async fn list(
         };
         let page = crate::projection::list_sandboxes(projection, &query, read_index).await?;
         let cluster = service.cluster();
+        let mut sandboxes = Vec::new();
+        let mut page_bytes = 0;
+        for sandbox in &page.sandboxes {
+            let item = sandbox_to_proto(sandbox, cluster.as_ref());
+            let item_bytes = prost::Message::encoded_len(&item);
+            if !sandboxes.is_empty() && page_bytes + item_bytes > LIST_PAGE_BYTES_MAX {
+                // Cut by bytes: the next page starts after the last kept.
+                let next_page_token = page_token_after(&sandboxes);
+                return Ok(Response::new(v1::ListSandboxesResponse {
+                    sandboxes,
+                    next_page_token,
+                }));
+            }
+            page_bytes += item_bytes;
+            sandboxes.push(item);
+        }
         return Ok(Response::new(v1::ListSandboxesResponse {
-            sandboxes: page
-                .sandboxes
-                .iter()
-                .map(|sandbox| sandbox_to_proto(sandbox, cluster.as_ref()))
-                .collect(),
+            sandboxes,
             next_page_token: page
                 .next
                 .map(|(workspace, name)| encode_page_token(&workspace, &name))
@@ -356,6 +369,7 @@ pub(super) async fn list(
         // every `created_at_ms`: the same answer on every replica.
         let created_before_ms = state.clock_ms.saturating_sub(older_than_ms);
         let mut sandboxes = Vec::new();
+        let mut page_bytes = 0;
         let mut next_page_token = String::new();
         let keys = state.names.iter().flat_map(|(ws, names)| {
             names
@@ -385,16 +399,16 @@ pub(super) async fn list(
             if older_than_ms > 0 && sandbox.created_at_ms > created_before_ms {
                 continue;
             }
-            if sandboxes.len() == page_size {
-                let last: &v1::Sandbox = sandboxes.last().expect("page_size is at least 1");
-                let meta = last
-                    .metadata
-                    .as_ref()
-                    .expect("converted sandboxes have metadata");
-                next_page_token = encode_page_token(&meta.workspace, &meta.name);
+            let item = sandbox_to_proto(sandbox, state.cluster.as_ref());
+            let item_bytes = prost::Message::encoded_len(&item);
+            if sandboxes.len() == page_size
+                || (!sandboxes.is_empty() && page_bytes + item_bytes > LIST_PAGE_BYTES_MAX)
+            {
+                next_page_token = page_token_after(&sandboxes);
                 break;
             }
-            sandboxes.push(sandbox_to_proto(sandbox, state.cluster.as_ref()));
+            page_bytes += item_bytes;
+            sandboxes.push(item);
         }
         Ok(v1::ListSandboxesResponse {
             sandboxes,
@@ -402,6 +416,18 @@ pub(super) async fn list(
         })
     })?;
     Ok(Response::new(page))
+}
+
+/// The page token that continues after the last sandbox of a page.
+fn page_token_after(page: &[v1::Sandbox]) -> String {
+    let last = page
+        .last()
+        .expect("a page that is cut holds at least one sandbox");
+    let meta = last
+        .metadata
+        .as_ref()
+        .expect("converted sandboxes have metadata");
+    encode_page_token(&meta.workspace, &meta.name)
 }
 
 pub(super) async fn stop(
