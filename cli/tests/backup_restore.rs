@@ -280,9 +280,7 @@ async fn a_damaged_backup_or_a_used_data_dir_is_refused() {
     // new directory is restored.
     let output = restore(&file, &dir.path().join("node-9"), "9");
     assert_eq!(output.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("node 9 is not in --initial-cluster")
-    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("node 9 is not in --initial-cluster"));
     let output = restore(&file, &dir.path().join("node-1"), "1");
     assert!(
         output.status.success(),

@@ -121,8 +121,9 @@ fn the_systemd_units_verify_and_are_hardened() {
             "--ca /etc/palisade/pki/ca.pem",
         ] {
             assert!(
-                text.lines().any(|line| line.trim_start().starts_with(directive)
-                    || line.contains(directive)),
+                text.lines().any(
+                    |line| line.trim_start().starts_with(directive) || line.contains(directive)
+                ),
                 "{}: no {directive}",
                 unit.display()
             );

@@ -82,7 +82,9 @@ pub enum RestoreError {
         more: &'static str,
     },
     /// The node id is not among the new cluster's members.
-    #[error("node {node_id} is not in --initial-cluster ({members}); list every member of the new cluster, this one included")]
+    #[error(
+        "node {node_id} is not in --initial-cluster ({members}); list every member of the new cluster, this one included"
+    )]
     NotAMember {
         /// The node id.
         node_id: NodeId,
@@ -176,7 +178,11 @@ fn ensure_empty(data_dir: &Path) -> Result<(), RestoreError> {
             Err(RestoreError::DataDirNotEmpty {
                 path: data_dir.to_path_buf(),
                 first: entry.file_name().to_string_lossy().into_owned(),
-                more: if entries.next().is_some() { ", ..." } else { "" },
+                more: if entries.next().is_some() {
+                    ", ..."
+                } else {
+                    ""
+                },
             })
         }
     }

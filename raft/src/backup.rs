@@ -109,7 +109,9 @@ pub enum BackupError {
     #[error("not a Palisade backup (it does not start with {magic:?}); give a file written by `palisade cluster snapshot save`", magic = String::from_utf8_lossy(&BACKUP_MAGIC))]
     NotABackup,
     /// The file ends before the lengths it declares.
-    #[error("the backup is truncated: it is {actual} bytes, but its header declares {expected}; copy the file again from where it was saved")]
+    #[error(
+        "the backup is truncated: it is {actual} bytes, but its header declares {expected}; copy the file again from where it was saved"
+    )]
     Truncated {
         /// Bytes the header declares (or the fixed header's size).
         expected: u64,
@@ -125,7 +127,9 @@ pub enum BackupError {
         actual: u64,
     },
     /// A format version this build cannot read.
-    #[error("backup format version {found} is not supported: this palisade reads version {supported} (a backup written by a newer release needs that release to restore it; or the file is damaged)")]
+    #[error(
+        "backup format version {found} is not supported: this palisade reads version {supported} (a backup written by a newer release needs that release to restore it; or the file is damaged)"
+    )]
     UnsupportedVersion {
         /// The version in the file.
         found: u32,
@@ -133,7 +137,9 @@ pub enum BackupError {
         supported: u32,
     },
     /// The SHA-256 does not match the content.
-    #[error("the backup is damaged: its SHA-256 is {computed}, but the file records {recorded}; restore from another copy")]
+    #[error(
+        "the backup is damaged: its SHA-256 is {computed}, but the file records {recorded}; restore from another copy"
+    )]
     Checksum {
         /// What the file records.
         recorded: String,
@@ -211,7 +217,7 @@ pub fn decode(file: &[u8]) -> Result<Backup, BackupError> {
     if computed[..] != file[body_len..] {
         return Err(BackupError::Checksum {
             recorded: hex::encode(&file[body_len..]),
-            computed: hex::encode(&computed),
+            computed: hex::encode(computed),
         });
     }
     if header_len > HEADER_BYTES_MAX {
@@ -286,7 +292,9 @@ pub fn seed_snapshot(
     members: &BTreeMap<NodeId, String>,
 ) -> Result<(), BackupError> {
     if members.is_empty() {
-        return Err(BackupError::Invalid("no members for the new cluster".into()));
+        return Err(BackupError::Invalid(
+            "no members for the new cluster".into(),
+        ));
     }
     let log_id = LogId::new(0.into(), applied_index);
     let voters: BTreeSet<NodeId> = members.keys().copied().collect();

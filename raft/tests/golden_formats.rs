@@ -414,9 +414,10 @@ fn golden_backups_of_every_version_decode() {
     }
     for version in version_dirs("backups") {
         let path = version.join("cluster.backup");
-        let bytes = std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-        let decoded = backup::decode(&bytes)
-            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        let bytes =
+            std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        let decoded =
+            backup::decode(&bytes).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
         decoded.state.assert_invariants();
         assert!(decoded.state.sandboxes.contains_key(SANDBOX));
     }
