@@ -18,6 +18,7 @@
 //! - [`prune`]: pruning sandboxes that no longer run (list every page,
 //!   delete each bound to its listed id, bounded concurrency); re-exported
 //!   by [`client`].
+//! - [`backup`]: `cluster snapshot save` and `cluster restore`.
 //! - [`config`]: where the CLI finds the cluster CA and its credential.
 //! - [`pki`]: `cluster init-pki`, the certificates `up` also creates.
 //! - [`serve`]: `palisade gateway run`, one replica.
@@ -29,6 +30,7 @@
 //! else starts (see `palisade_driver::process::shim`).
 #![deny(missing_docs)]
 
+pub mod backup;
 pub mod client;
 pub mod commands;
 pub mod config;

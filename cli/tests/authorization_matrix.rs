@@ -77,6 +77,7 @@ const MATRIX: &[(&str, [Code; 8])] = &[
     ("ListApiTokens",        [UA, UA, UA, UA, PD, PD, PD, OK]),
     ("RevokeApiToken",       [UA, UA, UA, UA, PD, PD, PD, NF]),
     ("WhoAmI",               [UA, UA, UA, UA, OK, OK, OK, OK]),
+    ("SaveSnapshot",         [UA, UA, UA, UA, PD, PD, PD, OK]),
 ];
 
 /// Adds `authorization: Bearer TOKEN` (nothing without one).
@@ -434,6 +435,8 @@ async fn call(rpc: &str, caller: &mut Caller, column: usize, fixture_id: &str) -
                 .await,
         ),
         "WhoAmI" => code(caller.admin.who_am_i(v1::WhoAmIRequest {}).await),
+        // The backup holds the token key: admins only.
+        "SaveSnapshot" => code(caller.admin.save_snapshot(v1::SaveSnapshotRequest {}).await),
         other => panic!("no call for {other} in the matrix test"),
     }
 }

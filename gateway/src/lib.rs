@@ -60,6 +60,8 @@
 //!   a designed shutdown; [`node::NodeError`].
 //! - [`founding`]: founding the cluster once, and refusing to found it
 //!   again from a wiped data directory.
+//! - [`restore`]: seeding a replica of a new cluster from a backup file
+//!   (`palisade cluster restore`).
 //! - [`replica`]: proposing (locally or forwarded), linearizable reads,
 //!   waiting for the applied state.
 //! - [`service`]: `palisade.v1.Palisade` handlers, split by resource
@@ -98,6 +100,7 @@ pub mod planted;
 pub mod projection;
 pub mod reconcile;
 pub mod replica;
+pub mod restore;
 pub mod service;
 pub mod status_page;
 pub mod token;

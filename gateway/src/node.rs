@@ -323,8 +323,12 @@ pub fn raft_config(
         .map_err(|error| NodeError::RaftTiming(error.to_string()))
 }
 
+/// The directory inside a replica's data directory that holds its current
+/// snapshot.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
 /// A node id marker, so a data directory is never reused under another id.
-fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> Result<(), NodeError> {
+pub(crate) fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> Result<(), NodeError> {
     let failed = |path: &std::path::Path| {
         let path = path.to_path_buf();
         move |source| NodeError::DataDir { path, source }
@@ -488,7 +492,7 @@ pub async fn run_with_listeners(
     log_store.set_timings(Arc::new(crate::observe::LogTimings(metrics.log.clone())));
     // Projection: the projector reads the log through its own reader.
     let log_reader = log_store.reader();
-    let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join("snapshots"))
+    let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join(SNAPSHOT_DIR))
         .map_err(NodeError::SnapshotStore)?
         .with_metrics(metrics.raft.clone());
     if let Some(fault_points) = &hooks.fault_points {

@@ -1,7 +1,10 @@
 //! Execution tokens: opaque strings that attest "sandbox S, generation G"
 //! with an HMAC-SHA256 under the cluster's secret (which lives in the
 //! replicated state, so every replica mints and verifies the same tokens,
-//! across snapshots and restarts).
+//! across snapshots and restarts), bound to the cluster's token domain
+//! (its cluster id, or — for a cluster restored from a backup that kept the
+//! token key — the source cluster's domain, so tokens survive the restore:
+//! `palisade cluster restore`).
 //!
 //! Format: `pet1.<sandbox id>.<generation>.<hex MAC>` — opaque to clients,
 //! readable to operators. A token that does not parse, names another
@@ -25,7 +28,7 @@ pub const TOKEN_LENGTH_MAX: usize = 256;
 fn mac(cluster: &ClusterIdentity, sandbox_id: &str, generation: u64) -> Option<Vec<u8>> {
     let secret = hex::decode(&cluster.token_secret_hex).ok()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(&secret).ok()?;
-    mac.update(cluster.cluster_id.as_bytes());
+    mac.update(cluster.token_domain().as_bytes());
     mac.update(b"\0");
     mac.update(sandbox_id.as_bytes());
     mac.update(b"\0");
@@ -79,7 +82,7 @@ pub fn verify(
         .map_err(|_| unverifiable("the cluster secret is unreadable"))?;
     let mut check = Hmac::<Sha256>::new_from_slice(&secret)
         .map_err(|_| unverifiable("the cluster secret is unusable"))?;
-    check.update(cluster.cluster_id.as_bytes());
+    check.update(cluster.token_domain().as_bytes());
     check.update(b"\0");
     check.update(sandbox_id.as_bytes());
     check.update(b"\0");
@@ -102,6 +105,7 @@ mod tests {
         ClusterIdentity {
             cluster_id: "c1".into(),
             token_secret_hex: secret.into(),
+            token_domain: String::new(),
             driver_identity: String::new(),
         }
     }
@@ -138,5 +142,25 @@ mod tests {
             );
         }
         assert!(verify(None, &token).is_err(), "no secret, no verification");
+    }
+
+    /// A restored cluster that kept the token key has a new cluster id but
+    /// the source's token domain: the source's tokens verify; a cluster
+    /// with the same secret but its own domain does not accept them.
+    #[test]
+    fn a_kept_token_domain_verifies_the_sources_tokens_under_a_new_cluster_id() {
+        let source = cluster(&"ab".repeat(32));
+        let token = mint(Some(&source), "sandbox-1", 7);
+        let restored = ClusterIdentity {
+            cluster_id: "c2".into(),
+            token_domain: "c1".into(),
+            ..source.clone()
+        };
+        assert_eq!(verify(Some(&restored), &token).unwrap().generation, 7);
+        let unbound = ClusterIdentity {
+            cluster_id: "c2".into(),
+            ..source
+        };
+        assert!(verify(Some(&unbound), &token).is_err());
     }
 }

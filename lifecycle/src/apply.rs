@@ -454,9 +454,16 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             driver_identity,
         } => {
             if state.cluster.is_none() {
+                // A restored backup's kept token key wins over the proposed
+                // one, so tokens issued before the backup still verify.
+                let (token_secret_hex, token_domain) = match state.carried_token_key.take() {
+                    Some(carried) => (carried.token_secret_hex, carried.token_domain),
+                    None => (token_secret_hex.clone(), String::new()),
+                };
                 state.cluster = Some(ClusterIdentity {
                     cluster_id: cluster_id.clone(),
-                    token_secret_hex: token_secret_hex.clone(),
+                    token_secret_hex,
+                    token_domain,
                     driver_identity: driver_identity.clone(),
                 });
             }

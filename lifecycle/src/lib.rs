@@ -76,7 +76,7 @@ pub use command::{
     Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };
 pub use state::{
-    ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas,
-    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase,
-    SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
+    ApiToken, CarriedTokenKey, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation,
+    OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox,
+    SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

@@ -191,12 +191,48 @@ pub struct ClusterIdentity {
     pub cluster_id: String,
     /// Hex of the 32-byte token secret.
     pub token_secret_hex: String,
+    /// What execution tokens are bound to besides the secret: empty means
+    /// `cluster_id` (every cluster founded from scratch). A cluster restored
+    /// from a backup with its token key kept gets a new `cluster_id` but
+    /// keeps the source's domain ([`CarriedTokenKey`]), so the tokens its
+    /// clients hold still verify. Not serialized when empty, so states
+    /// written before it existed encode (and digest) exactly as before.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub token_domain: String,
     /// The identity of the compute driver's authority the cluster runs
     /// executions on (`ComputeDriver::identity`): a leader whose driver has
     /// another identity (another host's process driver) must not act on
     /// them. Empty until a leader records it.
     #[serde(default)]
     pub driver_identity: String,
+}
+
+impl ClusterIdentity {
+    /// The domain execution tokens are bound to: [`ClusterIdentity::token_domain`],
+    /// or the cluster id when it is empty.
+    pub fn token_domain(&self) -> &str {
+        if self.token_domain.is_empty() {
+            &self.cluster_id
+        } else {
+            &self.token_domain
+        }
+    }
+}
+
+/// The execution-token key of a restored backup, waiting for the restored
+/// cluster's first leader: `palisade cluster restore` clears the source's
+/// [`ClusterIdentity`] (the new cluster gets a new id, chosen by its first
+/// leader like any cluster's) and, unless told to rotate the key, keeps the
+/// key here; the `InitializeCluster` that chooses the new id takes this key
+/// instead of the proposed random one. Lives only between a restore and
+/// that first entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CarriedTokenKey {
+    /// Hex of the 32-byte token secret of the source cluster.
+    pub token_secret_hex: String,
+    /// The domain the source's tokens are bound to
+    /// ([`ClusterIdentity::token_domain`] of the source).
+    pub token_domain: String,
 }
 
 pub use crate::receipts::{Receipt, ReceiptResult, ReceiptRpc, Receipts};
@@ -288,6 +324,11 @@ pub struct State {
     /// The cluster's identity, once the first leader chose it.
     #[serde(default)]
     pub cluster: Option<ClusterIdentity>,
+    /// A restored backup's token key, kept for the first leader's
+    /// `InitializeCluster` ([`CarriedTokenKey`]). Not serialized when
+    /// absent (states written before it existed encode as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried_token_key: Option<CarriedTokenKey>,
     /// The replicated clock: moved only by `Tick`, never back and by at
     /// most [`TICK_STEP_MS_MAX`](crate::limits::TICK_STEP_MS_MAX) per tick.
     /// Every time in the state is stamped from it at apply.
@@ -415,6 +456,7 @@ impl State {
             policies: BTreeMap::new(),
             receipts: Receipts::default(),
             cluster: None,
+            carried_token_key: None,
             clock_ms: 0,
             receipt_retention_ms: 0,
             quotas: Quotas::default(),

@@ -1113,6 +1113,43 @@ fn the_cluster_identity_is_chosen_once() {
     assert_eq!(log.state.cluster.as_ref().unwrap().token_secret_hex, "aa");
 }
 
+/// A restored backup that kept its token key: the first leader's
+/// InitializeCluster chooses the new cluster id, but the carried key (and
+/// the source's token domain) win over the proposed secret, once.
+#[test]
+fn a_restored_state_keeps_its_carried_token_key_under_the_new_cluster_id() {
+    let mut log = Log::new();
+    log.state.carried_token_key = Some(palisade_lifecycle::CarriedTokenKey {
+        token_secret_hex: "kept".into(),
+        token_domain: "source-cluster".into(),
+    });
+    log.apply(Command::InitializeCluster {
+        cluster_id: "new-cluster".into(),
+        token_secret_hex: "proposed".into(),
+        driver_identity: "noop".into(),
+    })
+    .unwrap();
+    let identity = log.state.cluster.clone().unwrap();
+    assert_eq!(identity.cluster_id, "new-cluster");
+    assert_eq!(identity.token_secret_hex, "kept");
+    assert_eq!(identity.token_domain(), "source-cluster");
+    assert_eq!(identity.driver_identity, "noop");
+    assert!(log.state.carried_token_key.is_none());
+
+    // Rotated (no carried key): the proposed secret, bound to the new id.
+    let mut rotated = Log::new();
+    rotated
+        .apply(Command::InitializeCluster {
+            cluster_id: "new-cluster".into(),
+            token_secret_hex: "proposed".into(),
+            driver_identity: String::new(),
+        })
+        .unwrap();
+    let identity = rotated.state.cluster.clone().unwrap();
+    assert_eq!(identity.token_secret_hex, "proposed");
+    assert_eq!(identity.token_domain(), "new-cluster");
+}
+
 fn create_in(workspace: &str, id: &str, name: &str, request_id: &str) -> Command {
     let Command::BeginCreate {
         spec,

@@ -123,6 +123,11 @@ impl Shadow {
                     .collect()
             },
             cluster: state.cluster.clone(),
+            // Like the identity's, the carried key's secret stays out.
+            carried_token_key: state.carried_token_key.clone().map(|mut carried| {
+                carried.token_secret_hex.clear();
+                carried
+            }),
             clock_ms: state.clock_ms,
             receipt_retention_ms: state.receipt_retention_ms,
             quotas: state.quotas,

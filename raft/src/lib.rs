@@ -19,10 +19,13 @@
 //! - [`peer_service`]: the server side (`palisade.peer.v1.RaftPeer`).
 //! - [`tls`]: mutual TLS between peers; a peer's node id from its
 //!   certificate.
+//! - [`backup`]: backup files of the state (`cluster snapshot save`) and
+//!   seeding a new cluster from one (`cluster restore`).
 //! - [`hooks`]: fault-injection hooks for tests and the chaos harness
 //!   (link faults in the transport, fault points inside requests).
 #![deny(missing_docs)]
 
+pub mod backup;
 pub mod hooks;
 pub mod network;
 pub mod peer_service;
