@@ -114,6 +114,32 @@ impl Drop for Project {
         if std::thread::panicking() {
             eprintln!("compose logs:\n{}", self.logs());
         }
+        // Every container the replicas' driver made carries its identity,
+        // kept in the shared `driver` volume: read it before the volume goes
+        // (when the test failed half way; `docker run` would create the
+        // volume if it did not exist, hence the inspect).
+        let volume = format!("{}_driver", self.name);
+        let volume_exists = Command::new("docker")
+            .args(["-H", &self.engine.host, "volume", "inspect", &volume])
+            .output()
+            .is_ok_and(|output| output.status.success());
+        let driver_id = volume_exists
+            .then(|| {
+                Command::new("docker")
+                    .args(["-H", &self.engine.host, "run", "--rm", "--network", "none"])
+                    .args(["--entrypoint", "cat", "-v"])
+                    .arg(format!("{volume}:/fences:ro"))
+                    .args([&self.image, "/fences/.driver-id"])
+                    .output()
+                    .ok()
+            })
+            .flatten()
+            .and_then(|output| serde_json::from_slice::<Value>(&output.stdout).ok())
+            .and_then(|record| record["driver_id"].as_str().map(str::to_string));
+        if let Some(driver_id) = driver_id {
+            self.engine
+                .remove_labelled(&format!("dev.palisade.driver-id=docker:{driver_id}"));
+        }
         let _ = self.run(&["down", "-v", "--remove-orphans", "-t", "5"]);
         for id in &self.sandbox_ids {
             self.engine
