@@ -135,11 +135,6 @@ pub async fn probe(
     service: &str,
     timeout: Duration,
 ) -> Probe {
-    let unreachable = |error: String| Probe {
-        endpoint: endpoint.to_string(),
-        status: "UNREACHABLE".to_string(),
-        error: Some(error),
-    };
     let uri = match tls {
         Some(_) => {
             let bare = endpoint.strip_prefix("http://").unwrap_or(endpoint);
@@ -151,7 +146,13 @@ pub async fn probe(
         }
         None => endpoint.to_string(),
     };
-    let mut target = match Endpoint::from_shared(uri) {
+    // Reported as dialled: https:// with TLS.
+    let unreachable = |error: String| Probe {
+        endpoint: uri.clone(),
+        status: "UNREACHABLE".to_string(),
+        error: Some(error),
+    };
+    let mut target = match Endpoint::from_shared(uri.clone()) {
         Ok(target) => target.connect_timeout(timeout).timeout(timeout),
         Err(error) => return unreachable(format!("invalid endpoint: {error}")),
     };
@@ -185,7 +186,7 @@ pub async fn probe(
         Ok(Err(Failure::Connect(error))) => unreachable(error),
         // The health service answers NOT_FOUND for a service it does not know.
         Ok(Err(Failure::Status(status))) if status.code() == tonic::Code::NotFound => Probe {
-            endpoint: endpoint.to_string(),
+            endpoint: uri.clone(),
             status: "SERVICE_UNKNOWN".to_string(),
             error: Some(status.message().to_string()),
         },
@@ -196,7 +197,7 @@ pub async fn probe(
             let status = ServingStatus::try_from(response.into_inner().status)
                 .unwrap_or(ServingStatus::Unknown);
             Probe {
-                endpoint: endpoint.to_string(),
+                endpoint: uri.clone(),
                 status: status.as_str_name().to_string(),
                 error: None,
             }
