@@ -356,9 +356,9 @@ fn compose_stack_serves_survives_a_killed_leader_and_tears_down() {
     assert!(health.contains("SERVING"), "{health}");
 
     // Kill the leader's container: the others elect a leader in a later
-    // term and keep serving through their published ports. (Its restart
-    // policy, unless-stopped, may bring it back meanwhile; it then rejoins,
-    // and may even win that election, but never in the killed term.)
+    // term and keep serving through their published ports. (`docker kill`
+    // counts as stopped by hand: the restart policy, unless-stopped, does
+    // not bring it back; a crash would be restarted.)
     let leader_container = project.container(&format!("palisade-{first_leader}"));
     engine.docker(&["kill", &leader_container]);
     let (new_leader, new_term) = eventually("a leader in a later term", || {
