@@ -20,6 +20,8 @@
 //!   by [`client`].
 //! - [`backup`]: `cluster snapshot save` and `cluster restore`.
 //! - [`config`]: where the CLI finds the cluster CA and its credential.
+//! - [`health`]: `palisade health`, the gRPC health probe of the
+//!   container image and the Kubernetes manifests.
 //! - [`pki`]: `cluster init-pki`, the certificates `up` also creates.
 //! - [`serve`]: `palisade gateway run`, one replica.
 //! - [`up`]: `palisade up`, a local cluster, supervised (a replica that
@@ -35,6 +37,7 @@ pub mod client;
 pub mod commands;
 pub mod config;
 pub mod fail_stop;
+pub mod health;
 pub mod pki;
 pub mod prune;
 pub mod serve;

@@ -101,6 +101,10 @@ pub enum Command {
     /// API tokens (create, list, revoke) and `whoami`.
     #[command(subcommand)]
     Auth(auth::AuthCommand),
+    /// Ask each --endpoint's gRPC health service whether it serves; exit 0
+    /// only when every one answers SERVING (the container HEALTHCHECK and
+    /// the Kubernetes readiness probe).
+    Health(crate::health::HealthArgs),
     /// Internal: supervise one execution (started by the process driver).
     #[command(hide = true)]
     Shim(ShimArgs),
@@ -477,6 +481,7 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             interval_seconds,
         }) => watch_cluster_status(&endpoints, tls, token, output, interval_seconds).await,
         Command::Auth(command) => auth::run(&mut client, &workspace, output, command).await,
+        Command::Health(args) => crate::health::run(&endpoints, tls, &args, output).await,
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
