@@ -1,14 +1,20 @@
 //! Server limits (issue 13): a replica sheds requests beyond
 //! `--requests-in-flight-max` with RESOURCE_EXHAUSTED, reason OVERLOADED,
 //! and a RetryInfo delay, before anything is proposed; health checks are
-//! not shed.
+//! not shed. Watch streams beyond `--watchers-max` are refused the same way
+//! (metadata `watchers_max`) and a closed watch frees its slot. A write
+//! handler waits at most `--operation-wait-max-seconds` for its operation
+//! (then OUTCOME_PENDING, the operation goes on), holding nothing after.
 
 mod support;
 
 use std::time::Duration;
 
 use palisade_proto::v1;
+use palisade_testkit::ClusterSpec;
+use palisade_testkit::gate::{self, GATE_DIR_ENV};
 use support::cluster::*;
+use support::{palisade, with_default_stop_grace};
 use tonic::Code;
 use tonic_types::StatusExt;
 
@@ -69,4 +75,185 @@ async fn requests_beyond_the_in_flight_limit_are_shed_with_a_retry_delay() {
         .filter(|workspace| workspace.name.starts_with("shed-"))
         .count();
     assert_eq!(created, served, "shed requests must change nothing");
+}
+
+/// `status` is RESOURCE_EXHAUSTED / OVERLOADED with `metadata_key` = `limit`
+/// and a positive RetryInfo delay.
+fn assert_overloaded(status: &tonic::Status, metadata_key: &str, limit: &str) {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    assert_eq!(info.reason, "OVERLOADED", "{status:?}");
+    assert_eq!(info.metadata[metadata_key], limit, "{status:?}");
+    let retry = status.get_details_retry_info().expect("a RetryInfo");
+    assert!(
+        retry
+            .retry_delay
+            .is_some_and(|delay| delay > Duration::ZERO),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_beyond_the_watcher_limit_are_refused_and_a_closed_one_frees_its_slot() {
+    const WATCHERS_MAX: usize = 3;
+    let cluster = Cluster::start(1, &["--driver", "noop", "--watchers-max", "3"]);
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let mut client = direct_client(&uri, Duration::from_secs(30)).await;
+    let watch = v1::WatchSandboxesRequest::default();
+
+    let mut open = Vec::new();
+    for _ in 0..WATCHERS_MAX {
+        let stream = client
+            .watch_sandboxes(watch.clone())
+            .await
+            .expect("a watch within the limit")
+            .into_inner();
+        open.push(stream);
+    }
+    for _ in 0..5 {
+        let refused = client
+            .watch_sandboxes(watch.clone())
+            .await
+            .expect_err("a watch beyond the limit must be refused");
+        assert_overloaded(&refused, "watchers_max", "3");
+    }
+    // Reads and writes are still served while the watchers are at the limit.
+    client
+        .create_workspace(v1::CreateWorkspaceRequest {
+            name: "watched".into(),
+        })
+        .await
+        .expect("a write while the watchers are at their limit");
+    client
+        .list_workspaces(v1::ListWorkspacesRequest::default())
+        .await
+        .expect("a read while the watchers are at their limit");
+    // The open watchers all get the same change (the shared feed).
+    let created = client
+        .create_sandbox(v1::CreateSandboxRequest {
+            // The default workspace: the one the watches follow.
+            name: "one".into(),
+            spec: Some(v1::SandboxSpec {
+                command: vec!["sleep".into(), "1".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("create a sandbox")
+        .into_inner();
+    let id = created.metadata.expect("metadata").id;
+    for stream in &mut open {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let event = stream
+                    .message()
+                    .await
+                    .expect("a watch event")
+                    .expect("the stream goes on");
+                let sandbox = event.sandbox.expect("a sandbox");
+                if sandbox.metadata.expect("metadata").id == id {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("every watcher sees the new sandbox");
+    }
+    // A closed watch frees its slot (once the replica saw it close).
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.watch_sandboxes(watch.clone()).await {
+            Ok(stream) => {
+                open.push(stream.into_inner());
+                break;
+            }
+            Err(status) => {
+                assert_overloaded(&status, "watchers_max", "3");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "a closed watch did not free its slot within 10 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_handler_waits_at_most_the_operation_wait_limit() {
+    let gate_dir = tempfile::tempdir().expect("a gate directory");
+    let mut spec = ClusterSpec::new(palisade(), 1).gateway_args(with_default_stop_grace(&[
+        "--operation-wait-max-seconds",
+        "1",
+        "--requests-in-flight-max",
+        "1",
+    ]));
+    spec.env.push((
+        GATE_DIR_ENV.to_string(),
+        gate_dir.path().display().to_string(),
+    ));
+    let cluster = Cluster::start_spec(spec);
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let mut client = direct_client(&uri, Duration::from_secs(60)).await;
+    let request = v1::CreateSandboxRequest {
+        name: "held".into(),
+        spec: Some(v1::SandboxSpec {
+            command: vec!["sleep".into(), "5307".into()],
+            ..Default::default()
+        }),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    // Its launch is held at the gate: the operation cannot end.
+    let started = tokio::time::Instant::now();
+    let answer = client
+        .create_sandbox(request.clone())
+        .await
+        .expect_err("a create whose launch is held cannot succeed");
+    let waited = started.elapsed();
+    assert_eq!(answer.code(), Code::Unavailable, "{answer:?}");
+    assert_eq!(
+        answer
+            .get_details_error_info()
+            .expect("an ErrorInfo")
+            .reason,
+        "OUTCOME_PENDING"
+    );
+    assert!(
+        waited < Duration::from_secs(20),
+        "the handler waited {waited:?} with --operation-wait-max-seconds 1"
+    );
+    assert!(
+        gate::wait_held(gate_dir.path(), Duration::from_secs(30)).is_some(),
+        "the launch was never held"
+    );
+    // The handler holds nothing any more: with one request in flight
+    // allowed, the next request is served, not shed.
+    client
+        .list_workspaces(v1::ListWorkspacesRequest::default())
+        .await
+        .expect("the waiting handler released its in-flight slot");
+    // The operation went on: released, the retry gets the sandbox.
+    let (held, _) = gate::wait_held(gate_dir.path(), Duration::from_secs(30)).expect("held");
+    gate::release(gate_dir.path(), &held).expect("release the launch");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match client.create_sandbox(request.clone()).await {
+            Ok(created) => {
+                assert_eq!(created.into_inner().metadata.expect("metadata").id, held);
+                break;
+            }
+            Err(status) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the retry never got the sandbox: {status:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
 }

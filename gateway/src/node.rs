@@ -127,6 +127,10 @@ pub struct ServerLimits {
     /// HTTP/2 streams one client connection may have open at once
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; peer replication included).
     pub streams_per_connection_max: u32,
+    /// WatchSandboxes streams one replica serves at once; one beyond it is
+    /// refused with RESOURCE_EXHAUSTED (reason OVERLOADED, metadata
+    /// `watchers_max`) and a retry delay.
+    pub watchers_max: usize,
 }
 
 impl Default for ServerLimits {
@@ -134,6 +138,7 @@ impl Default for ServerLimits {
         Self {
             requests_in_flight_max: 1_024,
             streams_per_connection_max: 256,
+            watchers_max: crate::service::watch_feed::WATCHERS_MAX_DEFAULT,
         }
     }
 }
@@ -175,6 +180,9 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub postgres_url: Option<String>,
+    /// Retention of the projection's `lifecycle_events`: rows of the last
+    /// this many log entries are kept (`--projection-events-kept-entries`).
+    pub projection_events_kept_entries: u64,
     /// Where to serve `/metrics` and the status page (`--metrics-listen`);
     /// `None`: not served (the metrics are still kept).
     pub metrics_listen: Option<SocketAddr>,
@@ -557,6 +565,7 @@ pub async fn run_with_listeners(
         Some(url) => Some(crate::projection::start(
             node_id,
             url,
+            config.projection_events_kept_entries,
             &raft,
             state.clone(),
             log_reader,
@@ -586,7 +595,8 @@ pub async fn run_with_listeners(
             executor: executor.clone(),
         });
     }
-    let service = PalisadeService::new(replica.clone(), service_driver);
+    let service = PalisadeService::new(replica.clone(), service_driver)
+        .with_watchers_max(config.limits.watchers_max);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<PalisadeServer<PalisadeService>>()
