@@ -257,3 +257,89 @@ async fn a_write_handler_waits_at_most_the_operation_wait_limit() {
         }
     }
 }
+
+/// `palisade_watch_events_encoded_total` from the replica's `/metrics`.
+async fn watch_events_encoded(address: &str) -> f64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect to the metrics listener");
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    body.lines()
+        .find(|line| line.starts_with("palisade_watch_events_encoded_total "))
+        .and_then(|line| line.split_whitespace().last())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no palisade_watch_events_encoded_total in:\n{body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_is_encoded_once_for_all_watchers() {
+    const WATCHERS: usize = 20;
+    const SANDBOXES: usize = 4;
+    let metrics = format!("127.0.0.1:{}", support::free_ports(1));
+    let cluster = Cluster::start(1, &["--driver", "noop", "--metrics-listen", &metrics]);
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let mut client = direct_client(&uri, Duration::from_secs(30)).await;
+    let mut streams = Vec::new();
+    for _ in 0..WATCHERS {
+        streams.push(
+            client
+                .watch_sandboxes(v1::WatchSandboxesRequest::default())
+                .await
+                .expect("a watch")
+                .into_inner(),
+        );
+    }
+    let before = watch_events_encoded(&metrics).await;
+    let mut last_version = 0;
+    for n in 0..SANDBOXES {
+        let created = client
+            .create_sandbox(v1::CreateSandboxRequest {
+                name: format!("watched-{n}"),
+                spec: Some(v1::SandboxSpec::default()),
+                ..Default::default()
+            })
+            .await
+            .expect("create a sandbox")
+            .into_inner();
+        last_version = created.metadata.expect("metadata").resource_version;
+    }
+    // Every watcher reads every change up to the last create's answer.
+    let mut changes = std::collections::BTreeSet::new();
+    for stream in &mut streams {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let event = stream
+                    .message()
+                    .await
+                    .expect("a watch event")
+                    .expect("the stream goes on");
+                changes.insert(event.resource_version);
+                if event.resource_version >= last_version {
+                    break;
+                }
+            }
+        })
+        .await
+        .expect("every watcher sees every change");
+    }
+    let encoded = watch_events_encoded(&metrics).await - before;
+    println!(
+        "{WATCHERS} watchers, {} changes: {encoded} conversions",
+        changes.len()
+    );
+    assert!(changes.len() >= SANDBOXES, "{changes:?}");
+    assert!(
+        // A change applied after a watcher's last read may be converted
+        // too: twice the changes is the tolerance (per watcher: 20 times).
+        encoded < 2.0 * changes.len() as f64,
+        "{} changes were converted {encoded} times for {WATCHERS} watchers: once each expected",
+        changes.len()
+    );
+}

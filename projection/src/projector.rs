@@ -228,7 +228,10 @@ impl<S: ReplicaSource> Projector<S> {
     /// costs O(rows deleted). A failure is logged and the next pruning
     /// catches up; it never holds up projecting.
     async fn prune_events(&mut self, projected: u64) {
-        let Some(through) = projected.checked_sub(self.config.events_kept_entries) else {
+        let Some(through) = projected
+            .checked_sub(self.config.events_kept_entries)
+            .filter(|through| *through > 0)
+        else {
             return;
         };
         if self

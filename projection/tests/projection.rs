@@ -1287,16 +1287,26 @@ async fn lifecycle_events_keep_only_the_configured_window() -> Result<()> {
     for _ in 0..4 {
         harness.drive_steadily(1_500).await;
         assert_rows_equal(&projection, &harness.replica).await?;
-        let (rows, oldest, newest): (i64, Option<i64>, Option<i64>) =
-            sqlx::query_as("SELECT count(*), min(log_index), max(log_index) FROM lifecycle_events")
-                .fetch_one(projection.pool())
-                .await?;
+        // The pruning follows the batch's commit: give it a moment.
+        let bound = (KEPT + palisade_projection::projector::EVENTS_PRUNE_INTERVAL_ENTRIES) as i64;
+        let mut waited = 0;
+        let (rows, oldest, newest) = loop {
+            let (rows, oldest, newest): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+                "SELECT count(*), min(log_index), max(log_index) FROM lifecycle_events",
+            )
+            .fetch_one(projection.pool())
+            .await?;
+            if rows <= bound || waited >= 100 {
+                break (rows, oldest, newest);
+            }
+            waited += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         sizes.push(rows);
         let last = harness.replica.last().index;
         println!("lifecycle_events: {rows} rows ({oldest:?}..={newest:?}) after {last} entries");
         ensure!(newest == Some(last as i64), "the newest event is kept");
         // The window plus at most one pruning interval not yet deleted.
-        let bound = (KEPT + palisade_projection::projector::EVENTS_PRUNE_INTERVAL_ENTRIES) as i64;
         ensure!(
             rows <= bound,
             "lifecycle_events holds {rows} rows after {last} entries, more than the {bound} kept"

@@ -65,16 +65,19 @@ impl PalisadeService {
         driver: std::sync::Arc<dyn palisade_driver::ComputeDriver>,
     ) -> Self {
         Self {
-            replica,
             data_plane: data_plane::DataPlane::new(driver),
-            watch_feed: watch_feed::WatchFeed::new(watch_feed::WATCHERS_MAX_DEFAULT),
+            watch_feed: watch_feed::WatchFeed::new(
+                watch_feed::WATCHERS_MAX_DEFAULT,
+                replica.metrics.clone(),
+            ),
+            replica,
         }
     }
 
     /// Serves at most `watchers_max` WatchSandboxes streams at once
     /// (`--watchers-max`); one beyond it is refused with RESOURCE_EXHAUSTED.
     pub fn with_watchers_max(mut self, watchers_max: usize) -> Self {
-        self.watch_feed = watch_feed::WatchFeed::new(watchers_max);
+        self.watch_feed = watch_feed::WatchFeed::new(watchers_max, self.replica.metrics.clone());
         self
     }
 

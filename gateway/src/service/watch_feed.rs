@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use palisade_metrics::Metrics;
 use palisade_proto::v1;
 use palisade_raft::{SandboxChange, StateHandle};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -58,18 +59,30 @@ pub struct WatchFeed {
     watchers_max: usize,
     slots: Arc<Semaphore>,
     encoded: Arc<Mutex<Encoded>>,
+    /// `watch_streams` and `watch_events_encoded`.
+    metrics: Arc<Metrics>,
 }
 
 /// A watch stream's slot, released when the stream ends.
-pub(super) struct WatcherSlot(#[allow(dead_code)] OwnedSemaphorePermit);
+pub(super) struct WatcherSlot {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        self.metrics.rpc.watch_streams.dec();
+    }
+}
 
 impl WatchFeed {
     /// A feed serving at most `watchers_max` watch streams at once.
-    pub fn new(watchers_max: usize) -> Self {
+    pub fn new(watchers_max: usize, metrics: Arc<Metrics>) -> Self {
         Self {
             watchers_max,
             slots: Arc::new(Semaphore::new(watchers_max)),
             encoded: Arc::default(),
+            metrics,
         }
     }
 
@@ -86,7 +99,13 @@ impl WatchFeed {
     /// A slot for a new watch stream, or the refusal to answer with.
     pub(super) fn enter(&self) -> Result<WatcherSlot, tonic::Status> {
         match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(WatcherSlot(permit)),
+            Ok(permit) => {
+                self.metrics.rpc.watch_streams.inc();
+                Ok(WatcherSlot {
+                    _permit: permit,
+                    metrics: self.metrics.clone(),
+                })
+            }
             Err(_) => Err(crate::errors::watchers_exhausted(
                 self.watchers_max,
                 WATCHERS_RETRY_AFTER,
@@ -108,7 +127,7 @@ impl WatchFeed {
             return Some(
                 events
                     .iter()
-                    .map(|event| Arc::new(encode(event, cluster.as_ref())))
+                    .map(|event| Arc::new(self.encode(event, cluster.as_ref())))
                     .collect(),
             );
         }
@@ -122,7 +141,7 @@ impl WatchFeed {
                         top = event.index;
                         encoded
                             .events
-                            .push_back(Arc::new(encode(event, cluster.as_ref())));
+                            .push_back(Arc::new(self.encode(event, cluster.as_ref())));
                         if encoded.events.len() > ENCODED_EVENTS_MAX
                             && let Some(dropped) = encoded.events.pop_front()
                         {
@@ -155,13 +174,23 @@ impl WatchFeed {
             .partition_point(|event| event.event.resource_version <= from);
         Some(encoded.events.range(start..).cloned().collect())
     }
+
+    fn encode(
+        &self,
+        event: &palisade_raft::state_machine::SandboxEvent,
+        cluster: Option<&palisade_lifecycle::ClusterIdentity>,
+    ) -> EncodedEvent {
+        encode(&self.metrics, event, cluster)
+    }
 }
 
 /// A change as the API sends it.
 fn encode(
+    metrics: &Metrics,
     event: &palisade_raft::state_machine::SandboxEvent,
     cluster: Option<&palisade_lifecycle::ClusterIdentity>,
 ) -> EncodedEvent {
+    metrics.rpc.watch_events_encoded.inc();
     let kind = match event.change {
         SandboxChange::Added => v1::SandboxEventType::Added,
         SandboxChange::Modified => v1::SandboxEventType::Modified,
