@@ -343,3 +343,92 @@ async fn a_change_is_encoded_once_for_all_watchers() {
         changes.len()
     );
 }
+
+/// Held launches: the sandbox ids whose launch waits at the gate.
+fn held(gate_dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(gate_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .strip_prefix("held-")
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_waiting_for_their_operations_leave_room_for_reads() {
+    // Limit 4: writes may hold 3 slots, the 4th is kept for reads.
+    let gate_dir = tempfile::tempdir().expect("a gate directory");
+    let mut spec = ClusterSpec::new(palisade(), 1)
+        .gateway_args(with_default_stop_grace(&["--requests-in-flight-max", "4"]));
+    spec.env.push((
+        GATE_DIR_ENV.to_string(),
+        gate_dir.path().display().to_string(),
+    ));
+    let cluster = Cluster::start_spec(spec);
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let create = |n: usize| v1::CreateSandboxRequest {
+        name: format!("held-{n}"),
+        spec: Some(v1::SandboxSpec {
+            command: vec!["sleep".into(), "5308".into()],
+            ..Default::default()
+        }),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    // Three creates whose launches are held: three writes in flight.
+    let mut waiting = Vec::new();
+    for n in 0..3 {
+        let mut client = direct_client(&uri, Duration::from_secs(120)).await;
+        let request = create(n);
+        waiting.push(tokio::spawn(
+            async move { client.create_sandbox(request).await },
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while held(gate_dir.path()).len() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the three launches were not all held: {:?}",
+            held(gate_dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = direct_client(&uri, Duration::from_secs(30)).await;
+    // A fourth write is shed...
+    let shed = client
+        .create_sandbox(create(3))
+        .await
+        .expect_err("a fourth write must be shed");
+    assert_overloaded(&shed, "requests_in_flight_max", "4");
+    // ...while reads are still served.
+    for _ in 0..5 {
+        client
+            .get_workspace(v1::GetWorkspaceRequest {
+                name: "default".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("a read while writes hold their share");
+    }
+    // Released, the waiting creates end and free their slots.
+    for sandbox in held(gate_dir.path()) {
+        gate::release(gate_dir.path(), &sandbox).expect("release");
+    }
+    for call in waiting {
+        call.await.expect("a caller").expect("the held create ends");
+    }
+    // (A write that launches nothing: any new launch is held at the gate.)
+    client
+        .create_workspace(v1::CreateWorkspaceRequest {
+            name: "after".into(),
+        })
+        .await
+        .expect("a write once the others ended");
+}

@@ -99,6 +99,19 @@ struct Counters {
     watch_ended: AtomicU64,
     probe_reads_shed: AtomicU64,
     probe_failed: AtomicU64,
+    /// Failed calls other than RESOURCE_EXHAUSTED, by gRPC code.
+    failures: Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Counters {
+    fn failure(&self, status: &tonic::Status) {
+        *self
+            .failures
+            .lock()
+            .unwrap()
+            .entry(format!("{:?}", status.code()))
+            .or_default() += 1;
+    }
 }
 
 /// The probe's latencies since the last report.
@@ -134,13 +147,24 @@ async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let mut tasks = tokio::task::JoinSet::new();
 
-    // The probe first, so it measures the ramp-up too.
-    {
-        let channel = connect(&uri).await?;
+    // The probe first, so it measures the ramp-up too; on a thread and
+    // runtime of its own, so that the load's tasks in this process do not
+    // delay it (what it measures is the replica, not this process).
+    let probe_thread = {
+        let uri = uri.clone();
         let probe = probe.clone();
         let counters = counters.clone();
-        tasks.spawn(probe_loop(channel, deadline, probe, counters));
-    }
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the probe's runtime");
+            runtime.block_on(async move {
+                let channel = connect(&uri).await.expect("the probe's connection");
+                probe_loop(channel, deadline, probe, counters).await;
+            });
+        })
+    };
     for _ in 0..args.watchers {
         let uri = uri.clone();
         let counters = counters.clone();
@@ -148,6 +172,12 @@ async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
         tasks.spawn(async move {
             let Ok(channel) = connect(&uri).await else {
                 counters.watchers_refused.fetch_add(1, Ordering::Relaxed);
+                *counters
+                    .failures
+                    .lock()
+                    .unwrap()
+                    .entry("connect".into())
+                    .or_default() += 1;
                 return;
             };
             watcher(PalisadeClient::new(channel), deadline, pause, counters).await;
@@ -231,6 +261,7 @@ async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     })
     .await;
     tasks.abort_all();
+    let _ = probe_thread.join();
     all_health.sort_unstable();
     all_reads.sort_unstable();
     let health_p99 = percentile(&all_health, 0.99);
@@ -263,6 +294,10 @@ async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
         mib(rss_max),
         mib(first_half_max),
         mib(second_half_max),
+    );
+    println!(
+        "failures by code (not RESOURCE_EXHAUSTED): {:?}",
+        counters.failures.lock().unwrap()
     );
     drop(cluster);
     Ok(())
@@ -334,8 +369,9 @@ where
                     .unwrap_or(Duration::from_millis(200));
                 tokio::time::sleep(delay).await;
             }
-            Err(_) => {
+            Err(status) => {
                 counters.writes_failed.fetch_add(1, Ordering::Relaxed);
+                counters.failure(&status);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
@@ -355,8 +391,11 @@ async fn watcher(
         .await
     {
         Ok(stream) => stream.into_inner(),
-        Err(_) => {
+        Err(status) => {
             counters.watchers_refused.fetch_add(1, Ordering::Relaxed);
+            if status.code() != Code::ResourceExhausted {
+                counters.failure(&status);
+            }
             return;
         }
     };
@@ -408,8 +447,9 @@ async fn probe_loop(
                     counters.probe_reads_shed.fetch_add(1, Ordering::Relaxed);
                     probe.lock().unwrap().reads.push(took);
                 }
-                Err(_) => {
+                Err(status) => {
                     counters.probe_failed.fetch_add(1, Ordering::Relaxed);
+                    counters.failure(&status);
                 }
             }
         } else {
@@ -421,8 +461,9 @@ async fn probe_loop(
             let took = started.elapsed();
             match answer {
                 Ok(_) => probe.lock().unwrap().health.push(took),
-                Err(_) => {
+                Err(status) => {
                     counters.probe_failed.fetch_add(1, Ordering::Relaxed);
+                    counters.failure(&status);
                 }
             }
         }
