@@ -220,6 +220,8 @@ impl Cluster {
             timeouts: self.config.timeouts.clone(),
             drain_timeout: Duration::from_secs(1),
             postgres_url: self.config.postgres_url.clone(),
+            projection_events_kept_entries:
+                palisade_projection::projector::EVENTS_KEPT_ENTRIES_DEFAULT,
             metrics_listen: None,
         };
         let node: Arc<Mutex<Option<RunningNode>>> = Arc::default();

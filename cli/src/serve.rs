@@ -136,6 +136,20 @@ pub struct RunArgs {
     #[arg(long, default_value_t = ServerLimits::default().streams_per_connection_max,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub streams_per_connection_max: u32,
+    /// WatchSandboxes streams this replica serves at once (each holds a
+    /// slot for as long as it is open); one beyond it is refused at once
+    /// with RESOURCE_EXHAUSTED (reason OVERLOADED, metadata watchers_max)
+    /// and a retry delay.
+    #[arg(long, default_value_t = ServerLimits::default().watchers_max as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub watchers_max: u64,
+    /// Seconds a write handler waits for its operation to end (launch,
+    /// stop, removal) before answering UNAVAILABLE / OUTCOME_PENDING; the
+    /// operation goes on and a retry with the same request id waits again.
+    /// A shorter client deadline (grpc-timeout) ends the wait earlier.
+    #[arg(long, default_value_t = ReplicaTimeouts::default().operation_wait_max.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub operation_wait_max_seconds: u64,
     /// Seconds between SIGTERM and SIGKILL when stopping a sandbox.
     #[arg(long, default_value_t = 10)]
     pub stop_grace_seconds: u64,
@@ -199,6 +213,12 @@ pub struct RunArgs {
     /// there is no projection and no PostgreSQL is needed.
     #[arg(long, env = "PALISADE_POSTGRES_URL", hide_env_values = true)]
     pub postgres_url: Option<String>,
+    /// With --postgres-url: the projection keeps the `lifecycle_events`
+    /// rows of the last this many log entries and deletes older ones as it
+    /// advances (about 0.5 KB a row), so the table stays bounded.
+    #[arg(long, default_value_t = palisade_gateway::projection::EVENTS_KEPT_ENTRIES_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub projection_events_kept_entries: u64,
     /// Serve Prometheus metrics on http://ADDR/metrics and this replica's
     /// status page on http://ADDR/ (HOST:PORT, e.g. 127.0.0.1:9101; plain
     /// HTTP, separate from the gRPC port). Without it neither is served.
@@ -498,6 +518,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         limits: ServerLimits {
             requests_in_flight_max: args.requests_in_flight_max as usize,
             streams_per_connection_max: args.streams_per_connection_max,
+            watchers_max: args.watchers_max as usize,
         },
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),
@@ -511,9 +532,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             orphan_grace: Duration::from_secs(args.orphan_grace_seconds),
             ..Default::default()
         },
-        timeouts: ReplicaTimeouts::default(),
+        timeouts: ReplicaTimeouts {
+            operation_wait_max: Duration::from_secs(args.operation_wait_max_seconds),
+            ..ReplicaTimeouts::default()
+        },
         drain_timeout: Duration::from_secs(args.drain_seconds),
         postgres_url: args.postgres_url.clone(),
+        projection_events_kept_entries: args.projection_events_kept_entries,
         metrics_listen: args.metrics_listen,
     };
     #[cfg(feature = "test-hooks")]

@@ -70,6 +70,27 @@ pub fn overloaded(
     )
 }
 
+/// RESOURCE_EXHAUSTED for a watch beyond the replica's watcher limit
+/// (`--watchers-max`): reason OVERLOADED, metadata `watchers_max`, and a
+/// RetryInfo delay. Nothing was started for the refused watch.
+pub fn watchers_exhausted(watchers_max: usize, retry_after: std::time::Duration) -> tonic::Status {
+    let mut details = ErrorDetails::with_error_info(
+        OVERLOADED,
+        ERROR_DOMAIN,
+        HashMap::from([("watchers_max".to_string(), watchers_max.to_string())]),
+    );
+    details.set_retry_info(Some(retry_after));
+    tonic::Status::with_error_details(
+        Code::ResourceExhausted,
+        format!(
+            "this replica is serving its maximum of {watchers_max} watch streams; retry in {} ms, \
+             or watch through another replica",
+            retry_after.as_millis()
+        ),
+        details,
+    )
+}
+
 /// `text` cut to at most [`ERROR_MESSAGE_BYTES_MAX`] bytes, on a character
 /// boundary, saying so when it was cut.
 pub fn bounded(text: String) -> String {

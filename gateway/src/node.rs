@@ -33,7 +33,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
@@ -122,11 +122,17 @@ impl Default for RaftLogPolicy {
 #[derive(Debug, Clone)]
 pub struct ServerLimits {
     /// Public API requests one replica serves at once (the drain gate sheds
-    /// the excess with RESOURCE_EXHAUSTED, reason OVERLOADED).
+    /// the excess with RESOURCE_EXHAUSTED, reason OVERLOADED). Requests
+    /// other than reads may hold at most three quarters of it
+    /// ([`writes_in_flight_max`]).
     pub requests_in_flight_max: usize,
     /// HTTP/2 streams one client connection may have open at once
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`; peer replication included).
     pub streams_per_connection_max: u32,
+    /// WatchSandboxes streams one replica serves at once; one beyond it is
+    /// refused with RESOURCE_EXHAUSTED (reason OVERLOADED, metadata
+    /// `watchers_max`) and a retry delay.
+    pub watchers_max: usize,
 }
 
 impl Default for ServerLimits {
@@ -134,6 +140,7 @@ impl Default for ServerLimits {
         Self {
             requests_in_flight_max: 1_024,
             streams_per_connection_max: 256,
+            watchers_max: crate::service::watch_feed::WATCHERS_MAX_DEFAULT,
         }
     }
 }
@@ -175,6 +182,9 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub postgres_url: Option<String>,
+    /// Retention of the projection's `lifecycle_events`: rows of the last
+    /// this many log entries are kept (`--projection-events-kept-entries`).
+    pub projection_events_kept_entries: u64,
     /// Where to serve `/metrics` and the status page (`--metrics-listen`);
     /// `None`: not served (the metrics are still kept).
     pub metrics_listen: Option<SocketAddr>,
@@ -561,6 +571,7 @@ pub async fn run_with_listeners(
         Some(url) => Some(crate::projection::start(
             node_id,
             url,
+            config.projection_events_kept_entries,
             &raft,
             state.clone(),
             log_reader,
@@ -590,7 +601,8 @@ pub async fn run_with_listeners(
             executor: executor.clone(),
         });
     }
-    let service = PalisadeService::new(replica.clone(), service_driver);
+    let service = PalisadeService::new(replica.clone(), service_driver)
+        .with_watchers_max(config.limits.watchers_max);
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<PalisadeServer<PalisadeService>>()
@@ -1018,6 +1030,9 @@ struct DrainGate {
     requests_in_flight_max: usize,
     /// Requests in flight; a `watch` so shutdown can wait for zero.
     in_flight: Arc<watch::Sender<usize>>,
+    /// Of those, requests that are not reads ([`is_read`]); at most
+    /// [`writes_in_flight_max`] of the limit, the rest stays for reads.
+    writes_in_flight: Arc<AtomicUsize>,
     /// Counts the refusals (shed requests).
     metrics: Arc<Metrics>,
 }
@@ -1031,6 +1046,7 @@ impl DrainGate {
             closed: Arc::new(AtomicBool::new(false)),
             requests_in_flight_max,
             in_flight: Arc::new(watch::Sender::new(0)),
+            writes_in_flight: Arc::new(AtomicUsize::new(0)),
             metrics,
         }
     }
@@ -1054,6 +1070,33 @@ impl DrainGate {
         tokio::time::timeout(timeout, in_flight.wait_for(|count| *count == 0))
             .await
             .is_ok()
+    }
+}
+
+/// How many of `requests_in_flight_max` slots requests other than reads
+/// may hold: three quarters (at least one). Writes wait for consensus and
+/// their operation, seconds each under load, and could otherwise hold every
+/// slot; the quarter kept for reads lets cheap reads (Get*, List*) and new
+/// watches through while writes are shed.
+pub fn writes_in_flight_max(requests_in_flight_max: usize) -> usize {
+    (requests_in_flight_max - requests_in_flight_max / 4).max(1)
+}
+
+/// Whether a public API call is a read, by its gRPC method name
+/// (`/palisade.v1.Palisade/GetSandbox`): Get*, List* and Watch* methods.
+fn is_read(path: &str) -> bool {
+    let method = path.rsplit('/').next().unwrap_or_default();
+    ["Get", "List", "Watch"]
+        .iter()
+        .any(|prefix| method.starts_with(prefix))
+}
+
+/// Holds a write's share of the in-flight slots; released on drop.
+struct WriteSlot(Arc<AtomicUsize>);
+
+impl Drop for WriteSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -1123,10 +1166,25 @@ where
                 crate::errors::overloaded(self.gate.requests_in_flight_max, OVERLOADED_RETRY_AFTER);
             return Box::pin(async move { Ok(refusal.into_http()) });
         }
+        let write_slot = if is_read(request.uri().path()) {
+            None
+        } else {
+            let slot = WriteSlot(self.gate.writes_in_flight.clone());
+            let writes = self.gate.writes_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            if writes > writes_in_flight_max(self.gate.requests_in_flight_max) {
+                drop((slot, in_flight));
+                let refusal = crate::errors::overloaded(
+                    self.gate.requests_in_flight_max,
+                    OVERLOADED_RETRY_AFTER,
+                );
+                return Box::pin(async move { Ok(refusal.into_http()) });
+            }
+            Some(slot)
+        };
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await;
-            drop(in_flight);
+            drop((write_slot, in_flight));
             response
         })
     }

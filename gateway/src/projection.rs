@@ -36,6 +36,9 @@ pub const PROJECTION_UNAVAILABLE: &str = "PROJECTION_UNAVAILABLE";
 /// its index (read-your-writes) before answering PROJECTION_LAGGING.
 pub const PROJECTION_READ_WAIT_MAX: Duration = Duration::from_secs(5);
 
+/// Default of `--projection-events-kept-entries`.
+pub use palisade_projection::projector::EVENTS_KEPT_ENTRIES_DEFAULT;
+
 /// A running projector and the handle to query the projection.
 pub struct RunningProjection {
     /// Status (`palisade cluster status`), read-your-writes waits, lists.
@@ -52,6 +55,7 @@ pub struct RunningProjection {
 pub fn start(
     node_id: NodeId,
     database_url: &str,
+    events_kept_entries: u64,
     raft: &Raft,
     state: StateHandle,
     log: LogReader<TypeConfig>,
@@ -71,7 +75,10 @@ pub fn start(
     );
     let (stop, stopped) = oneshot::channel::<()>();
     let (projection, task) = palisade_projection::spawn(
-        ProjectionConfig::new(database_url, node_id),
+        ProjectionConfig {
+            events_kept_entries,
+            ..ProjectionConfig::new(database_url, node_id)
+        },
         RaftReplica::new(state, log),
         leading,
         async {

@@ -174,6 +174,12 @@ pub struct RpcMetrics {
     /// Requests refused before any work because the replica would not take
     /// them (draining, over a limit), by reason.
     pub shed: Family<ReasonLabel, Counter>,
+    /// WatchSandboxes streams open now (`--watchers-max` caps it).
+    pub watch_streams: Gauge,
+    /// Applied sandbox changes converted to their API event for watchers:
+    /// once per change for all watchers (more only for a watcher behind
+    /// the shared feed, which converts what it missed itself).
+    pub watch_events_encoded: Counter,
 }
 
 impl Default for RpcMetrics {
@@ -183,6 +189,8 @@ impl Default for RpcMetrics {
             handling_seconds: Family::new_with_constructor(latency_histogram),
             in_flight: Gauge::default(),
             shed: Family::default(),
+            watch_streams: Gauge::default(),
+            watch_events_encoded: Counter::default(),
         }
     }
 }
@@ -374,6 +382,16 @@ impl Metrics {
             "grpc_server_shed",
             "Public gRPC requests refused before any work (draining, over a limit), by reason",
             rpc.shed.clone(),
+        );
+        registry.register(
+            "watch_streams",
+            "WatchSandboxes streams open",
+            rpc.watch_streams.clone(),
+        );
+        registry.register(
+            "watch_events_encoded",
+            "Sandbox changes converted to API events for watchers (once per change, shared by all watchers)",
+            rpc.watch_events_encoded.clone(),
         );
         let executor = &self.executor;
         registry.register(

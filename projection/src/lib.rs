@@ -23,7 +23,9 @@
 //! checkpoint, and two projectors racing serialize on the checkpoint row
 //! — the loser rolls back and reloads. Every entry's command lands in the
 //! append-only `lifecycle_events` table under its log index (the primary
-//! key), exactly once.
+//! key), exactly once. The table keeps the last
+//! [`ProjectionConfig::events_kept_entries`] entries' rows: older ones are
+//! deleted as the projection advances, so it stays bounded.
 //!
 //! The leader projects; the others stand by (see [`projector`] for why,
 //! and how the shadow state is obtained at start-up). When the log was

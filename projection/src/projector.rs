@@ -77,6 +77,13 @@ use crate::store::{self, StageHook};
 pub const BATCH_ENTRIES_MAX: usize = 512;
 /// The shadow state is stored at least every this many entries.
 pub const SHADOW_INTERVAL_ENTRIES: u64 = 1_000;
+/// Log entries whose `lifecycle_events` rows are kept, unless configured:
+/// rows of older entries are deleted as the projection advances, so the
+/// table stays bounded (~0.5 KB a row: about 0.5 GB) at any write rate.
+pub const EVENTS_KEPT_ENTRIES_DEFAULT: u64 = 1_000_000;
+/// Entries projected between two prunings of `lifecycle_events` (each
+/// deletes the rows that fell out of the kept window since the last).
+pub const EVENTS_PRUNE_INTERVAL_ENTRIES: u64 = 1_000;
 /// Bound on one transaction (batch, resync) or read, end to end.
 pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// First retry delay after a failure; doubles per consecutive failure.
@@ -120,6 +127,9 @@ pub struct ProjectionConfig {
     pub shadow_interval_entries: u64,
     /// Seed of the retry jitter.
     pub seed: u64,
+    /// Retention of `lifecycle_events`: only the rows of the last this
+    /// many log entries are kept (`--projection-events-kept-entries`).
+    pub events_kept_entries: u64,
 }
 
 impl ProjectionConfig {
@@ -131,6 +141,7 @@ impl ProjectionConfig {
             batch_entries_max: BATCH_ENTRIES_MAX,
             shadow_interval_entries: SHADOW_INTERVAL_ENTRIES,
             seed: node_id,
+            events_kept_entries: EVENTS_KEPT_ENTRIES_DEFAULT,
         }
     }
 }
@@ -201,12 +212,54 @@ pub struct Projector<S: ReplicaSource> {
     shadow_stored_at: Option<u64>,
     /// The replicated clock of the shadow last stored (or loaded).
     shadow_stored_clock_ms: i64,
+    /// `lifecycle_events` rows at or below this index were deleted by this
+    /// projector (`None`: not yet, the first pruning has no lower bound).
+    events_pruned_through: Option<u64>,
     migrated: bool,
     rng: StdRng,
     last_status_log: Instant,
 }
 
 impl<S: ReplicaSource> Projector<S> {
+    /// Retention of `lifecycle_events`: once the projection reached
+    /// `projected`, deletes the rows of entries at or below `projected -
+    /// events_kept_entries`, every [`EVENTS_PRUNE_INTERVAL_ENTRIES`]. Each
+    /// pruning walks the primary key from where the last one stopped, so it
+    /// costs O(rows deleted). A failure is logged and the next pruning
+    /// catches up; it never holds up projecting.
+    async fn prune_events(&mut self, projected: u64) {
+        let Some(through) = projected
+            .checked_sub(self.config.events_kept_entries)
+            .filter(|through| *through > 0)
+        else {
+            return;
+        };
+        if self
+            .events_pruned_through
+            .is_some_and(|pruned| through < pruned + EVENTS_PRUNE_INTERVAL_ENTRIES)
+        {
+            return;
+        }
+        match bounded(store::prune_events(
+            &self.pool,
+            self.events_pruned_through,
+            through,
+        ))
+        .await
+        {
+            Ok(deleted) => {
+                debug!(
+                    node = self.config.node_id,
+                    through, deleted, "lifecycle_events pruned"
+                );
+                self.events_pruned_through = Some(through);
+            }
+            Err(error) => {
+                warn!(node = self.config.node_id, %error, "pruning lifecycle_events failed; the next batch retries");
+            }
+        }
+    }
+
     /// A projector for `source` writing to `config.database_url` (connected
     /// lazily), and the handle to query the projection.
     /// The projector writes through a pool of its own
@@ -257,6 +310,7 @@ impl<S: ReplicaSource> Projector<S> {
             shadow: None,
             verified: false,
             shadow_stored_at: None,
+            events_pruned_through: None,
             shadow_stored_clock_ms: 0,
             migrated: false,
             rng,
@@ -518,6 +572,7 @@ impl<S: ReplicaSource> Projector<S> {
                 debug!(node = self.config.node_id, %error, "vacuuming projection_shadow failed; autovacuum will");
             }
         }
+        self.prune_events(to.index).await;
         self.shadow = Some(shadow);
         self.lag.forget_through(to.index);
         self.status.send_modify(|status| {

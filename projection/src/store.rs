@@ -105,6 +105,32 @@ pub(crate) async fn vacuum_shadow(pool: &PgPool) -> Result<(), ProjectionError> 
     Ok(())
 }
 
+/// Deletes the `lifecycle_events` rows of entries in (`after`, `through`]
+/// (from the first row when `after` is `None`); returns how many. The
+/// range is on the primary key: the cost is the rows deleted. Only here
+/// may rows be deleted (the append-only trigger, migration 0003).
+pub(crate) async fn prune_events(
+    pool: &PgPool,
+    after: Option<u64>,
+    through: u64,
+) -> Result<u64, ProjectionError> {
+    let after = after.map_or(-1, |index| index as i64);
+    let mut transaction = pool.begin().await?;
+    // The table refuses deletes unless this transaction says it is the
+    // retention (migration 0003).
+    sqlx::query("SET LOCAL palisade.events_retention = 'on'")
+        .execute(&mut *transaction)
+        .await?;
+    let deleted =
+        sqlx::query("DELETE FROM lifecycle_events WHERE log_index > $1 AND log_index <= $2")
+            .bind(after)
+            .bind(through as i64)
+            .execute(&mut *transaction)
+            .await?;
+    transaction.commit().await?;
+    Ok(deleted.rows_affected())
+}
+
 /// Reads the stored shadow state, if any.
 pub(crate) async fn read_shadow(
     pool: &PgPool,

@@ -1268,3 +1268,65 @@ async fn the_stored_shadow_does_not_grow_with_the_number_of_receipts() -> Result
     task.abort();
     Ok(())
 }
+
+/// Retention: `lifecycle_events` keeps the rows of the last
+/// `events_kept_entries` entries and deletes the older ones as the
+/// projection advances, so the table stays bounded however long the run
+/// (the kept rows are exactly the newest ones, each once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_events_keep_only_the_configured_window() -> Result<()> {
+    const KEPT: u64 = 1_500;
+    let mut harness = Harness::new(seed()).await?;
+    let config = ProjectionConfig {
+        events_kept_entries: KEPT,
+        ..harness.config(1)
+    };
+    let (projector, projection) = Projector::new(config, harness.replica.clone())?;
+    let (task, _active) = run(projector);
+    let mut sizes = Vec::new();
+    for _ in 0..4 {
+        harness.drive_steadily(1_500).await;
+        assert_rows_equal(&projection, &harness.replica).await?;
+        // The pruning follows the batch's commit: give it a moment.
+        let bound = (KEPT + palisade_projection::projector::EVENTS_PRUNE_INTERVAL_ENTRIES) as i64;
+        let mut waited = 0;
+        let (rows, oldest, newest) = loop {
+            let (rows, oldest, newest): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+                "SELECT count(*), min(log_index), max(log_index) FROM lifecycle_events",
+            )
+            .fetch_one(projection.pool())
+            .await?;
+            if rows <= bound || waited >= 100 {
+                break (rows, oldest, newest);
+            }
+            waited += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        sizes.push(rows);
+        let last = harness.replica.last().index;
+        println!("lifecycle_events: {rows} rows ({oldest:?}..={newest:?}) after {last} entries");
+        ensure!(newest == Some(last as i64), "the newest event is kept");
+        // The window plus at most one pruning interval not yet deleted.
+        ensure!(
+            rows <= bound,
+            "lifecycle_events holds {rows} rows after {last} entries, more than the {bound} kept"
+        );
+        if last > KEPT + palisade_projection::projector::EVENTS_PRUNE_INTERVAL_ENTRIES {
+            ensure!(
+                oldest.is_some_and(|oldest| oldest as u64
+                    + KEPT
+                    + palisade_projection::projector::EVENTS_PRUNE_INTERVAL_ENTRIES
+                    > last),
+                "old events were kept: oldest {oldest:?}, last {last}"
+            );
+        }
+        // Every entry of the kept window has its one event.
+        let events = events(&projection).await?;
+        for index in last - KEPT + 1..=last {
+            ensure!(events.contains_key(&index), "event {index} is missing");
+        }
+    }
+    println!("lifecycle_events row counts: {sizes:?}");
+    task.abort();
+    Ok(())
+}

@@ -12,7 +12,8 @@
 //!   consistency, the wait-for-projection header, page tokens.
 //! - `sandboxes`: Create, Get, List, Stop, Start and Delete sandbox;
 //!   resolving sandbox references and execution tokens.
-//! - `watch`: WatchSandboxes.
+//! - `watch`: WatchSandboxes; `watch_feed`: the watcher limit and the
+//!   change feed every watcher shares.
 //! - `owned`: the records a sandbox owns: SSH sessions, its policy.
 //! - `workspaces`: Create, Get, List and Delete workspace.
 //! - `data_plane`: SandboxLogs and ExecSandbox, served through this
@@ -27,6 +28,7 @@ mod owned;
 mod request;
 mod sandboxes;
 mod watch;
+pub mod watch_feed;
 mod workspaces;
 
 use palisade_lifecycle::ClusterIdentity;
@@ -52,6 +54,7 @@ pub use request::WAIT_FOR_PROJECTION_HEADER;
 pub struct PalisadeService {
     replica: Replica,
     data_plane: data_plane::DataPlane,
+    watch_feed: watch_feed::WatchFeed,
 }
 
 impl PalisadeService {
@@ -62,9 +65,20 @@ impl PalisadeService {
         driver: std::sync::Arc<dyn palisade_driver::ComputeDriver>,
     ) -> Self {
         Self {
-            replica,
             data_plane: data_plane::DataPlane::new(driver),
+            watch_feed: watch_feed::WatchFeed::new(
+                watch_feed::WATCHERS_MAX_DEFAULT,
+                replica.metrics.clone(),
+            ),
+            replica,
         }
+    }
+
+    /// Serves at most `watchers_max` WatchSandboxes streams at once
+    /// (`--watchers-max`); one beyond it is refused with RESOURCE_EXHAUSTED.
+    pub fn with_watchers_max(mut self, watchers_max: usize) -> Self {
+        self.watch_feed = watch_feed::WatchFeed::new(watchers_max, self.replica.metrics.clone());
+        self
     }
 
     /// The replica this service answers through.

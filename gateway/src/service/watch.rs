@@ -1,11 +1,12 @@
 //! WatchSandboxes: a listing (unless resuming), then the change feed,
-//! filtered per request, through a bounded queue per watcher.
+//! filtered per request, through a bounded queue per watcher. The number
+//! of watchers and the encoding of the feed are shared
+//! ([`super::watch_feed`]).
 
 use std::pin::Pin;
 
-use palisade_lifecycle::{self as core, validate};
+use palisade_lifecycle::validate;
 use palisade_proto::v1;
-use palisade_raft::SandboxChange;
 use tokio_stream::Stream;
 use tonic::{Code, Request, Response, Status};
 
@@ -25,18 +26,23 @@ pub(super) type EventStream =
 fn watch_matches(
     request: &v1::WatchSandboxesRequest,
     workspace: &str,
-    sandbox: &core::Sandbox,
+    sandbox_id: &str,
+    sandbox_workspace: &str,
 ) -> bool {
     if !request.sandbox_id.is_empty() {
-        return sandbox.id == request.sandbox_id;
+        return sandbox_id == request.sandbox_id;
     }
-    request.all_workspaces || sandbox.workspace == workspace
+    request.all_workspaces || sandbox_workspace == workspace
 }
 
 pub(super) async fn sandboxes(
     service: &PalisadeService,
     request: Request<v1::WatchSandboxesRequest>,
 ) -> Result<Response<EventStream>, Status> {
+    // First, before any work: a watch beyond the limit is refused.
+    let slot = service.watch_feed.enter().inspect_err(|_| {
+        service.replica.metrics.request_shed("watchers_max");
+    })?;
     let request = request.into_inner();
     let workspace = workspace_or_default(&request.workspace).to_string();
     if request.sandbox_id.is_empty() && !request.all_workspaces {
@@ -61,8 +67,11 @@ pub(super) async fn sandboxes(
         ));
     }
     let state = service.replica.state.clone();
+    let feed = service.watch_feed.clone();
     let (sender, receiver) = tokio::sync::mpsc::channel(WATCH_QUEUE_DEPTH);
     tokio::spawn(async move {
+        // Held for as long as the stream lives.
+        let _slot = slot;
         let mut applied = state.subscribe();
         let mut from = request.resource_version;
         if from == 0 {
@@ -73,7 +82,9 @@ pub(super) async fn sandboxes(
                     .state
                     .sandboxes
                     .values()
-                    .filter(|sandbox| watch_matches(&request, &workspace, sandbox))
+                    .filter(|sandbox| {
+                        watch_matches(&request, &workspace, &sandbox.id, &sandbox.workspace)
+                    })
                     // The listing is the state at `index`: a watcher that
                     // resumes from an event of it must get the changes
                     // after `index`, not again those before it (a sandbox
@@ -95,7 +106,7 @@ pub(super) async fn sandboxes(
             from = index;
         }
         loop {
-            let Some(events) = state.events_after(from) else {
+            let Some(events) = feed.after(&state, from) else {
                 let _ = sender
                     .send(Err(errors::status(
                         Code::OutOfRange,
@@ -106,23 +117,17 @@ pub(super) async fn sandboxes(
                     .await;
                 return;
             };
-            let cluster = state.read(|applied| applied.state.cluster.clone());
-            for event in events {
-                from = event.index;
-                if !watch_matches(&request, &workspace, &event.sandbox) {
+            for encoded in events {
+                from = encoded.event.resource_version;
+                if !watch_matches(
+                    &request,
+                    &workspace,
+                    &encoded.sandbox_id,
+                    &encoded.workspace,
+                ) {
                     continue;
                 }
-                let kind = match event.change {
-                    SandboxChange::Added => v1::SandboxEventType::Added,
-                    SandboxChange::Modified => v1::SandboxEventType::Modified,
-                    SandboxChange::Deleted => v1::SandboxEventType::Deleted,
-                };
-                let message = v1::SandboxEvent {
-                    r#type: kind as i32,
-                    sandbox: Some(sandbox_to_proto(&event.sandbox, cluster.as_ref())),
-                    resource_version: event.index,
-                };
-                if sender.send(Ok(message)).await.is_err() {
+                if sender.send(Ok(encoded.event.clone())).await.is_err() {
                     return;
                 }
             }

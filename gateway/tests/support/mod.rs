@@ -139,6 +139,8 @@ impl TestReplica {
             timeouts: ReplicaTimeouts::default(),
             drain_timeout: Duration::from_secs(1),
             postgres_url: None,
+            projection_events_kept_entries:
+                palisade_projection::projector::EVENTS_KEPT_ENTRIES_DEFAULT,
             metrics_listen: None,
         };
         let (started, running) = oneshot::channel::<RunningNode>();
