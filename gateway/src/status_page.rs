@@ -232,22 +232,17 @@ pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHist
     }
 
     // Sandboxes by phase per workspace, from this replica's applied state.
-    let by_workspace = replica.state.read(|applied| {
-        let mut counts: BTreeMap<String, BTreeMap<&'static str, usize>> = applied
-            .state
-            .workspaces
-            .keys()
-            .map(|name| (name.clone(), BTreeMap::new()))
-            .collect();
-        for sandbox in applied.state.sandboxes.values() {
-            *counts
-                .entry(sandbox.workspace.clone())
-                .or_default()
-                .entry(sandbox.phase.as_str())
-                .or_default() += 1;
-        }
-        counts
-    });
+    // Kept at apply (the census): no scan of the state per page.
+    let census = replica.state.census();
+    let mut by_workspace: BTreeMap<String, palisade_lifecycle::census::PhaseCounts> = replica
+        .state
+        .read(|applied| applied.state.workspaces.keys().cloned().collect::<Vec<_>>())
+        .into_iter()
+        .map(|name| (name, Default::default()))
+        .collect();
+    for (workspace, counts) in census.by_workspace() {
+        by_workspace.insert(workspace.clone(), *counts);
+    }
     page.push_str("<h2>Sandboxes by phase</h2>\n<table id=\"sandboxes\"><tr><th>workspace</th>");
     for phase in palisade_lifecycle::SandboxPhase::ALL {
         let _ = write!(page, "<th>{}</th>", phase.as_str());
@@ -255,14 +250,10 @@ pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHist
     page.push_str("<th>total</th></tr>\n");
     for (workspace, counts) in &by_workspace {
         let _ = write!(page, "<tr><td>{}</td>", escape(workspace));
-        for phase in palisade_lifecycle::SandboxPhase::ALL {
-            let _ = write!(
-                page,
-                "<td>{}</td>",
-                counts.get(phase.as_str()).copied().unwrap_or(0)
-            );
+        for count in counts {
+            let _ = write!(page, "<td>{count}</td>");
         }
-        let _ = writeln!(page, "<td>{}</td></tr>", counts.values().sum::<usize>());
+        let _ = writeln!(page, "<td>{}</td></tr>", counts.iter().sum::<u64>());
     }
     page.push_str("</table>\n");
 
