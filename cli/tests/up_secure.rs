@@ -116,10 +116,20 @@ fn up_makes_a_private_pki_and_the_cli_finds_it() {
             Duration::from_secs(30),
             || {
                 page = http_get(&address, "/").unwrap_or_default();
+                // Every member answers the page's question over the
+                // cluster's mutual TLS (its peer port): none is shown
+                // unreachable once all are up.
                 page.contains("id=\"members\"")
+                    && page.matches("class=\"member").count() == 3
+                    && !page.contains("data-role=\"unreachable\"")
             },
         );
-        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(
+            page.lines()
+                .next()
+                .is_some_and(|status| status.contains(" 200 ")),
+            "{page}"
+        );
         let metrics = http_get(&address, "/metrics").unwrap_or_default();
         assert!(metrics.contains("palisade_raft_term "), "{metrics}");
     }

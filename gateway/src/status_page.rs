@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use palisade_proto::v1::{self, cluster_admin_client::ClusterAdminClient};
 
-use crate::admin::{cluster_info, endpoint_uri};
+use crate::admin::cluster_info;
 use crate::executor::Executor;
 use crate::observe::LeaderHistory;
 use crate::replica::Replica;
@@ -51,10 +51,17 @@ fn escape(text: &str) -> String {
     escaped
 }
 
-/// Asks the member at `address` for its view; `Err` says why it could not.
-async fn ask_member(address: &str) -> Result<v1::ClusterInfo, String> {
+/// Asks member `node_id` at `address` (its peer port, as the membership
+/// records it) for its view, over the same mutual TLS as Raft when the
+/// cluster runs TLS (the peer port serves `GetClusterInfo`); `Err` says
+/// why it could not.
+async fn ask_member(
+    address: &str,
+    node_id: u64,
+    tls: Option<&palisade_raft::tls::TlsMaterial>,
+) -> Result<v1::ClusterInfo, String> {
     let ask = async {
-        let channel = tonic::transport::Endpoint::from_shared(endpoint_uri(address))
+        let channel = palisade_raft::tls::peer_endpoint(address, node_id, tls)
             .map_err(|error| format!("bad address: {error}"))?
             .connect_timeout(MEMBER_ANSWER_TIMEOUT)
             .connect()
@@ -96,16 +103,18 @@ fn format_time(ms: i64) -> String {
 /// Renders the page.
 pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHistory) -> String {
     let own = cluster_info(replica, executor);
+    let tls = replica.peers.tls().cloned();
     let mut asked = Vec::new();
     for member in &own.members {
         let address = member.address.clone();
         let node_id = member.node_id;
         let own = own.clone();
+        let tls = tls.clone();
         asked.push(async move {
             let answer = if node_id == own.node_id {
                 Ok(own)
             } else {
-                ask_member(&address).await
+                ask_member(&address, node_id, tls.as_ref()).await
             };
             (node_id, answer)
         });

@@ -221,6 +221,7 @@ where
             node_id = self.node_id,
             method = %method,
         );
+        trace::link_span(&span, &context);
         self.metrics.rpc.in_flight.inc();
         let mut finish = Finish {
             metrics: self.metrics.clone(),

@@ -127,6 +127,28 @@ fn random_hex(bytes: usize) -> String {
     }
 }
 
+/// Makes `context` the parent of `span` for OpenTelemetry (`--otlp-endpoint`),
+/// so the exported span carries the request's trace id and hangs under the
+/// caller's span. Without an OpenTelemetry layer installed it does nothing.
+pub fn link_span(span: &tracing::Span, context: &TraceContext) {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let (Ok(trace_id), Ok(span_id)) = (
+        TraceId::from_hex(&context.trace_id),
+        SpanId::from_hex(&context.parent_id),
+    ) else {
+        return;
+    };
+    let remote = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(context.flags),
+        true,
+        Default::default(),
+    );
+    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+}
+
 tokio::task_local! {
     static CURRENT: TraceContext;
 }
