@@ -17,17 +17,29 @@ fn main() {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Up(_) | Command::Gateway(_));
     let chaos = matches!(cli.command, Command::Chaos(_));
-    let format = match &cli.command {
-        Command::Gateway(GatewayCommand::Run(args)) => args.log_format,
-        _ => LogFormat::Text,
+    let (format, otlp_endpoint) = match &cli.command {
+        Command::Gateway(GatewayCommand::Run(args)) => {
+            (args.log_format, args.otlp_endpoint.clone())
+        }
+        _ => (LogFormat::Text, None),
     };
+    let mut otlp = None;
     if server {
         palisade_cli::fail_stop::install();
-        init_tracing("info,openraft=warn", format);
+        otlp = match init_tracing("info,openraft=warn", format, otlp_endpoint.as_deref()) {
+            Ok(otlp) => otlp,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                std::process::exit(2);
+            }
+        };
     } else if chaos {
         // Replica logs are noisy under faults: only errors unless
         // `PALISADE_LOG` says otherwise.
-        init_tracing("error", format);
+        if let Err(error) = init_tracing("error", format, None) {
+            eprintln!("error: {error:#}");
+            std::process::exit(2);
+        }
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -54,27 +66,80 @@ fn main() {
     });
     // Replicas and shims may still hold references; do not wait for them.
     runtime.shutdown_background();
+    if let Some(provider) = otlp {
+        // Sends the spans still batched.
+        let _ = provider.shutdown();
+    }
     std::process::exit(code);
 }
 
-fn init_tracing(default_filter: &str, format: LogFormat) {
+/// Installs the log subscriber: `format` lines on stderr, filtered by
+/// PALISADE_LOG (else `default_filter`), and with `otlp_endpoint` the
+/// same spans exported over OTLP; returns the exporter's provider, to be
+/// shut down (flushed) at exit.
+fn init_tracing(
+    default_filter: &str,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+) -> anyhow::Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>> {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter =
         EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format {
         // One object per line, with the current span and its parents, so
         // each line carries the request's trace id (`span.trace_id`).
-        LogFormat::Json => builder
+        LogFormat::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .init(),
+            .boxed(),
         // Log files get plain text; a terminal gets colour.
-        LogFormat::Text => builder
+        LogFormat::Text => lines
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
+            .boxed(),
+    };
+    let provider = otlp_endpoint.map(otlp_provider).transpose()?;
+    let export = provider.as_ref().map(|provider| {
+        use opentelemetry::trace::TracerProvider as _;
+        tracing_opentelemetry::layer().with_tracer(provider.tracer("palisade"))
+    });
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
+        .with(export)
+        .init();
+    Ok(provider)
+}
+
+/// The OTLP exporter (HTTP/protobuf to `endpoint`), batched: spans leave
+/// at most a second after they end.
+fn otlp_provider(endpoint: &str) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
+    use anyhow::Context as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_timeout(std::time::Duration::from_secs(5))
+        .build()
+        .with_context(|| format!("cannot set up the OTLP exporter to {endpoint}"))?;
+    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+        .with_batch_config(
+            opentelemetry_sdk::trace::BatchConfigBuilder::default()
+                .with_scheduled_delay(std::time::Duration::from_secs(1))
+                .build(),
+        )
+        .build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("palisade")
+                .build(),
+        )
+        .build())
 }

@@ -229,6 +229,26 @@ pub struct RunArgs {
     /// request's `trace_id`). The level is set by PALISADE_LOG.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Also export the spans (request, forwarded write, effect; each under
+    /// the request's W3C trace id) over OTLP, HTTP/protobuf, to this URL:
+    /// an OpenTelemetry collector's traces endpoint, e.g.
+    /// http://127.0.0.1:4318/v1/traces. Spans are batched and sent every
+    /// second; the ones PALISADE_LOG filters out are not exported.
+    #[arg(long, value_name = "URL", value_parser = parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// `--otlp-endpoint`: an http:// or https:// URL.
+fn parse_otlp_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    match text.parse::<tonic::codegen::http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
+            Ok(text.to_string())
+        }
+        _ => Err(format!(
+            "{text:?} is not an http:// or https:// URL (e.g. http://127.0.0.1:4318/v1/traces)"
+        )),
+    }
 }
 
 /// The log formats of `--log-format`.

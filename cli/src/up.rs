@@ -66,6 +66,50 @@ pub struct UpArgs {
     /// The Docker driver's flags (`--docker-*`).
     #[command(flatten)]
     pub docker: DockerArgs,
+    /// Where the replicas serve `/metrics` (Prometheus) and their status
+    /// page (`/`): replica N on http://127.0.0.1:METRICS_BASE_PORT + N - 1
+    /// (plain HTTP, loopback only). Default: BASE_PORT + 200.
+    #[arg(long, conflicts_with = "no_metrics")]
+    pub metrics_base_port: Option<u16>,
+    /// Serve no `/metrics` and no status page.
+    #[arg(long)]
+    pub no_metrics: bool,
+}
+
+/// Offset of the default `--metrics-base-port` from `--base-port` (the
+/// peer ports are at + 100).
+pub const METRICS_PORT_OFFSET: u16 = 200;
+
+impl UpArgs {
+    /// Replica `node_id`'s metrics and status page address, unless
+    /// `--no-metrics`.
+    pub fn metrics_listen(&self, node_id: u64) -> anyhow::Result<Option<String>> {
+        if self.no_metrics {
+            return Ok(None);
+        }
+        let base = match self.metrics_base_port {
+            Some(base) => base,
+            None => self
+                .base_port
+                .checked_add(METRICS_PORT_OFFSET)
+                .with_context(|| {
+                    format!(
+                        "--base-port {} leaves no room for the metrics ports (BASE_PORT + {METRICS_PORT_OFFSET}); pass --metrics-base-port or --no-metrics",
+                        self.base_port
+                    )
+                })?,
+        };
+        let port = u64::from(base) + node_id - 1;
+        let port = u16::try_from(port)
+            .ok()
+            .filter(|port| *port != 0)
+            .with_context(|| {
+                format!(
+                    "--metrics-base-port {base} leaves no room for replica {node_id}'s metrics port"
+                )
+            })?;
+        Ok(Some(format!("127.0.0.1:{port}")))
+    }
 }
 
 /// `--replicas`: 1, 3 or 5.
@@ -300,7 +344,17 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         spec.env
             .push(("PALISADE_POSTGRES_URL".to_string(), url.clone()));
     }
-    let mut cluster = LocalCluster::start(spec)?;
+    let mut cluster = LocalCluster::prepare(spec)?;
+    let mut status_pages = Vec::new();
+    for replica in &mut cluster.replicas {
+        if let Some(address) = args.metrics_listen(replica.node_id)? {
+            replica
+                .extra_args
+                .extend(["--metrics-listen".to_string(), address.clone()]);
+            status_pages.push((replica.node_id, format!("http://{address}/")));
+        }
+    }
+    cluster.start_all()?;
     for replica in &cluster.replicas {
         println!(
             "replica {}: {}  (pid {}, peer port {}; log: {})",
@@ -310,6 +364,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             replica.peer_address(),
             replica.log_path.display()
         );
+    }
+    for (node_id, url) in &status_pages {
+        println!("replica {node_id} status page: {url}  (Prometheus: {url}metrics)");
     }
     let config = data_dir.join("config.json");
     println!(

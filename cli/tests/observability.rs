@@ -758,3 +758,110 @@ async fn the_status_page_renders_in_chromium_and_follows_a_new_leader() {
         "{dom}"
     );
 }
+
+/// A tiny OTLP collector (HTTP/protobuf, `POST /v1/traces`): keeps every
+/// export request it receives. Returns its traces URL.
+async fn otlp_collector(
+    received: std::sync::Arc<
+        std::sync::Mutex<
+            Vec<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>,
+        >,
+    >,
+) -> String {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let collect = move |body: axum::body::Bytes| async move {
+        match ExportTraceServiceRequest::decode(body) {
+            Ok(request) => {
+                received.lock().unwrap().push(request);
+                // An empty ExportTraceServiceResponse.
+                (
+                    axum::http::StatusCode::OK,
+                    [(axum::http::header::CONTENT_TYPE, "application/x-protobuf")],
+                )
+            }
+            Err(_) => (
+                axum::http::StatusCode::BAD_REQUEST,
+                [(axum::http::header::CONTENT_TYPE, "text/plain")],
+            ),
+        }
+    };
+    let app = axum::Router::new().route("/v1/traces", axum::routing::post(collect));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}/v1/traces")
+}
+
+/// `--otlp-endpoint`: the replica exports its spans over OTLP, and the
+/// request's span arrives under the trace id of the client's
+/// `traceparent`, named `request`, with the request's method.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_under_the_requests_trace_id() {
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let endpoint = otlp_collector(received.clone()).await;
+    let mut cluster = Cluster::prepare(1, &["--otlp-endpoint", &endpoint]);
+    cluster.start_all().unwrap();
+    let _logs = KeepLogsOnFailure {
+        root: cluster.root().to_path_buf(),
+        test: "spans_are_exported_over_otlp_under_the_requests_trace_id",
+    };
+    cluster.wait_for_leader(&[1]).await;
+
+    let given = "5af92f3577b34da6a3ce929d0e0e4799";
+    let mut client = direct_client(&cluster.replica(1).uri(), CALL_TIMEOUT).await;
+    let mut request = tonic::Request::new(create_request("exported"));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{given}-00f067aa0ba902b7-01").parse().unwrap(),
+    );
+    client.create_sandbox(request).await.expect("create");
+
+    let expected_trace: Vec<u8> = (0..given.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(&given[at..at + 2], 16).unwrap())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = received.lock().unwrap().iter().any(|export| {
+            export
+                .resource_spans
+                .iter()
+                .flat_map(|resource| &resource.scope_spans)
+                .flat_map(|scope| &scope.spans)
+                .any(|span| {
+                    span.trace_id == expected_trace
+                        && span.name == "request"
+                        && span.attributes.iter().any(|attribute| {
+                            attribute.key == "method"
+                                && format!("{:?}", attribute.value).contains("CreateSandbox")
+                        })
+                })
+        });
+        if found {
+            break;
+        }
+        let names: Vec<(String, String)> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|export| &export.resource_spans)
+            .flat_map(|resource| &resource.scope_spans)
+            .flat_map(|scope| &scope.spans)
+            .map(|span| {
+                (
+                    span.name.clone(),
+                    span.trace_id
+                        .iter()
+                        .map(|byte| format!("{byte:02x}"))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert!(
+            Instant::now() < deadline,
+            "no `request` span under trace {given} exported within 30 s; spans received: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

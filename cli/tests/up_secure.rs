@@ -47,6 +47,18 @@ fn cli_in(dir: &Path, endpoints: &str, args: &[&str]) -> Output {
         .expect("run the CLI")
 }
 
+/// `GET path` over plain HTTP/1.0: the whole answer (status line,
+/// headers, body), or `None` if nothing answers.
+fn http_get(address: &str, path: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
 fn find(dir: &Path, file_name: &str) -> Option<PathBuf> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
@@ -94,6 +106,34 @@ fn up_makes_a_private_pki_and_the_cli_finds_it() {
                 .success()
         },
     );
+    // Each replica serves its status page and /metrics (plain HTTP, on
+    // loopback) at BASE_PORT + 200 + N - 1 by default.
+    for offset in 0..3 {
+        let address = format!("127.0.0.1:{}", base + 200 + offset);
+        let mut page = String::new();
+        eventually(
+            "the replica serves its status page",
+            Duration::from_secs(30),
+            || {
+                page = http_get(&address, "/").unwrap_or_default();
+                // Every member answers the page's question over the
+                // cluster's mutual TLS (its peer port): none is shown
+                // unreachable once all are up.
+                page.contains("id=\"members\"")
+                    && page.matches("class=\"member").count() == 3
+                    && !page.contains("data-role=\"unreachable\"")
+            },
+        );
+        assert!(
+            page.lines()
+                .next()
+                .is_some_and(|status| status.contains(" 200 ")),
+            "{page}"
+        );
+        let metrics = http_get(&address, "/metrics").unwrap_or_default();
+        assert!(metrics.contains("palisade_raft_term "), "{metrics}");
+    }
+
     let whoami = cli_in(&up.dir, &endpoints, &["auth", "whoami"]);
     assert!(whoami.status.success(), "{whoami:?}");
     let me: serde_json::Value = serde_json::from_slice(&whoami.stdout).expect("JSON");

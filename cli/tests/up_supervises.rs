@@ -100,6 +100,14 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     up.wait_line("Palisade is up", |line| {
         line.starts_with("Palisade is up").then_some(())
     });
+    // `up` names each replica's status page (BASE_PORT + 200 + N - 1).
+    for node in 1..=3u16 {
+        let url = format!("http://127.0.0.1:{}/", base + 200 + node - 1);
+        let expected = format!("replica {node} status page: {url}");
+        up.wait_line("the status page URL", |line| {
+            line.starts_with(&expected).then_some(())
+        });
+    }
     // `up` runs TLS: the probes and the CLI use the admin credential it made.
     let pki = dir.path().join("cluster");
     let read = |name: &str| std::fs::read_to_string(pki.join(name)).unwrap();

@@ -510,6 +510,7 @@ impl Executor {
             generation = work.generation,
             kind = ?work.kind
         );
+        palisade_metrics::trace::link_span(&span, &trace);
         tasks.spawn(
             async move {
                 let sandbox_id = work.sandbox_id.clone();

@@ -151,20 +151,6 @@ fn count_up_to(
     }
 }
 
-/// Counts bytes written, for the state's serialized size.
-struct ByteCount(u64);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 += bytes.len() as u64;
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The replica as the metrics listener sees it.
 pub struct ReplicaSource {
     /// The replica.
@@ -182,26 +168,15 @@ impl palisade_metrics::http::Source for ReplicaSource {
             .raft
             .applied_index
             .set(replica.state.applied_index() as i64);
-        // One pass under the read lock; serializing the state (its size)
-        // is O(state), acceptable at scrape intervals.
-        let (receipts, sandboxes, pending, bytes) = replica.state.read(|applied| {
-            let mut count = ByteCount(0);
-            let _ = serde_json::to_writer(&mut count, &applied.state);
-            (
-                applied.state.receipts.len(),
-                applied.state.sandboxes.len(),
-                applied
-                    .state
-                    .sandboxes
-                    .values()
-                    .filter(|sandbox| sandbox.operation.is_some())
-                    .count(),
-                count.0,
-            )
-        });
+        // Every number here is kept up to date elsewhere (the census and
+        // the size estimate at apply, the receipts' own count): a scrape
+        // is O(series) and never scans the state under its lock.
+        let census = replica.state.census();
+        let receipts = replica.state.read(|applied| applied.state.receipts.len());
         metrics.state.receipts.set(receipts as i64);
-        metrics.state.sandboxes.set(sandboxes as i64);
-        metrics.state.bytes.set(bytes as i64);
+        metrics.state.sandboxes.set(census.sandboxes() as i64);
+        metrics.state.bytes.set(replica.state.state_bytes() as i64);
+        let pending = census.pending() as usize;
         // Only the leader's executor has a queue: what is pending and not
         // already being performed.
         let queue = if replica.leading_term().is_some() {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use palisade_proto::v1::{self, cluster_admin_client::ClusterAdminClient};
 
-use crate::admin::{cluster_info, endpoint_uri};
+use crate::admin::cluster_info;
 use crate::executor::Executor;
 use crate::observe::LeaderHistory;
 use crate::replica::Replica;
@@ -51,10 +51,17 @@ fn escape(text: &str) -> String {
     escaped
 }
 
-/// Asks the member at `address` for its view; `Err` says why it could not.
-async fn ask_member(address: &str) -> Result<v1::ClusterInfo, String> {
+/// Asks member `node_id` at `address` (its peer port, as the membership
+/// records it) for its view, over the same mutual TLS as Raft when the
+/// cluster runs TLS (the peer port serves `GetClusterInfo`); `Err` says
+/// why it could not.
+async fn ask_member(
+    address: &str,
+    node_id: u64,
+    tls: Option<&palisade_raft::tls::TlsMaterial>,
+) -> Result<v1::ClusterInfo, String> {
     let ask = async {
-        let channel = tonic::transport::Endpoint::from_shared(endpoint_uri(address))
+        let channel = palisade_raft::tls::peer_endpoint(address, node_id, tls)
             .map_err(|error| format!("bad address: {error}"))?
             .connect_timeout(MEMBER_ANSWER_TIMEOUT)
             .connect()
@@ -96,16 +103,18 @@ fn format_time(ms: i64) -> String {
 /// Renders the page.
 pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHistory) -> String {
     let own = cluster_info(replica, executor);
+    let tls = replica.peers.tls().cloned();
     let mut asked = Vec::new();
     for member in &own.members {
         let address = member.address.clone();
         let node_id = member.node_id;
         let own = own.clone();
+        let tls = tls.clone();
         asked.push(async move {
             let answer = if node_id == own.node_id {
                 Ok(own)
             } else {
-                ask_member(&address).await
+                ask_member(&address, node_id, tls.as_ref()).await
             };
             (node_id, answer)
         });
@@ -232,22 +241,17 @@ pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHist
     }
 
     // Sandboxes by phase per workspace, from this replica's applied state.
-    let by_workspace = replica.state.read(|applied| {
-        let mut counts: BTreeMap<String, BTreeMap<&'static str, usize>> = applied
-            .state
-            .workspaces
-            .keys()
-            .map(|name| (name.clone(), BTreeMap::new()))
-            .collect();
-        for sandbox in applied.state.sandboxes.values() {
-            *counts
-                .entry(sandbox.workspace.clone())
-                .or_default()
-                .entry(sandbox.phase.as_str())
-                .or_default() += 1;
-        }
-        counts
-    });
+    // Kept at apply (the census): no scan of the state per page.
+    let census = replica.state.census();
+    let mut by_workspace: BTreeMap<String, palisade_lifecycle::census::PhaseCounts> = replica
+        .state
+        .read(|applied| applied.state.workspaces.keys().cloned().collect::<Vec<_>>())
+        .into_iter()
+        .map(|name| (name, Default::default()))
+        .collect();
+    for (workspace, counts) in census.by_workspace() {
+        by_workspace.insert(workspace.clone(), *counts);
+    }
     page.push_str("<h2>Sandboxes by phase</h2>\n<table id=\"sandboxes\"><tr><th>workspace</th>");
     for phase in palisade_lifecycle::SandboxPhase::ALL {
         let _ = write!(page, "<th>{}</th>", phase.as_str());
@@ -255,14 +259,10 @@ pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHist
     page.push_str("<th>total</th></tr>\n");
     for (workspace, counts) in &by_workspace {
         let _ = write!(page, "<tr><td>{}</td>", escape(workspace));
-        for phase in palisade_lifecycle::SandboxPhase::ALL {
-            let _ = write!(
-                page,
-                "<td>{}</td>",
-                counts.get(phase.as_str()).copied().unwrap_or(0)
-            );
+        for count in counts {
+            let _ = write!(page, "<td>{count}</td>");
         }
-        let _ = writeln!(page, "<td>{}</td></tr>", counts.values().sum::<usize>());
+        let _ = writeln!(page, "<td>{}</td></tr>", counts.iter().sum::<u64>());
     }
     page.push_str("</table>\n");
 

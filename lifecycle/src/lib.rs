@@ -56,12 +56,14 @@
 //!   and workspace (why: see the module).
 //! - [`command`]: what can be proposed.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
+//! - [`census`]: sandbox counts by workspace and phase, kept at apply.
 //! - `owned`: SSH sessions and policies, the records a sandbox owns.
 //! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled in
 //!   only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod census;
 pub mod command;
 pub mod limits;
 mod owned;
@@ -72,6 +74,7 @@ pub mod state;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
+pub use census::Census;
 pub use command::{
     Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };

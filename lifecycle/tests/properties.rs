@@ -224,3 +224,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The census kept at apply (metrics, status page) always equals a
+    /// full count of the state.
+    #[test]
+    fn the_census_kept_at_apply_equals_a_full_count(commands in proptest::collection::vec(command(), 1..80)) {
+        let mut state = State::new();
+        let mut census = Census::of(&state);
+        for (at, command) in commands.iter().enumerate() {
+            let position = LogPosition { index: at as u64 + 1, term: 1 };
+            let command = &if at % 4 == 0 { command.clone() } else { command.clone().bound_to(&state, 1) };
+            let _ = census.apply(&mut state, position, command);
+            prop_assert_eq!(&census, &Census::of(&state), "after {:?}", command);
+            prop_assert_eq!(census.sandboxes(), state.sandboxes.len() as u64);
+        }
+    }
+}

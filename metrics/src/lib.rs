@@ -44,6 +44,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 
 /// Latency buckets, in seconds: 100 µs to ~6.5 s, doubling. Wide enough
@@ -76,12 +77,13 @@ pub struct ReasonLabel {
 /// Labels of a gRPC request, as go-grpc-prometheus names them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {
-    /// `palisade.v1.Palisade`, `palisade.v1.ClusterAdmin`, ...
-    pub grpc_service: String,
+    /// `palisade.v1.Palisade`, `palisade.v1.ClusterAdmin`, ... (the
+    /// service's static name: no allocation per request).
+    pub grpc_service: Cow<'static, str>,
     /// `CreateSandbox`, ...
     pub grpc_method: String,
-    /// The status code's name: `OK`, `UNAVAILABLE`, ...
-    pub grpc_code: String,
+    /// The status code's name: `OK`, `UNAVAILABLE`, ... (static).
+    pub grpc_code: Cow<'static, str>,
 }
 
 /// Labels of an executor effect.
@@ -239,7 +241,9 @@ pub struct StateMetrics {
     pub receipts: Gauge,
     /// Sandboxes held.
     pub sandboxes: Gauge,
-    /// Size of the state, serialized as in a snapshot.
+    /// Size of the state, serialized as in a snapshot: the state machine's
+    /// tracked estimate (exact when last encoded, plus an upper bound of
+    /// what was applied since), read without encoding the state.
     pub bytes: Gauge,
 }
 
@@ -439,7 +443,7 @@ impl Metrics {
         registry.register("sandboxes", "Sandboxes held", self.state.sandboxes.clone());
         registry.register(
             "state_bytes",
-            "Size of the replicated state, serialized as in a snapshot",
+            "Size of the replicated state serialized as in a snapshot: exact when last encoded (snapshot, cluster status), plus an upper bound of what was applied since",
             self.state.bytes.clone(),
         );
     }

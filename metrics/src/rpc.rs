@@ -19,6 +19,7 @@
 //!   `traceparent`, so a client that sent none can still find its trace in
 //!   the logs.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -58,13 +59,18 @@ impl<S: NamedService> NamedService for Observed<S> {
 }
 
 /// `/palisade.v1.Palisade/CreateSandbox` -> (`palisade.v1.Palisade`,
-/// `CreateSandbox`).
-fn service_and_method(path: &str) -> (String, String) {
+/// `CreateSandbox`). The service is the wrapped service's static name
+/// when the path names it (always, behind tonic's router), so only the
+/// method is copied per request.
+fn service_and_method(path: &str, named: &'static str) -> (Cow<'static, str>, String) {
     let path = path.trim_start_matches('/');
-    match path.split_once('/') {
-        Some((service, method)) => (service.to_string(), method.to_string()),
-        None => (path.to_string(), String::new()),
-    }
+    let (service, method) = path.split_once('/').unwrap_or((path, ""));
+    let service = if service == named {
+        Cow::Borrowed(named)
+    } else {
+        Cow::Owned(service.to_string())
+    };
+    (service, method.to_string())
 }
 
 /// The canonical name of a gRPC status code, as Prometheus labels it.
@@ -101,7 +107,7 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
 /// Records one request once, when it is finished (or abandoned).
 struct Finish {
     metrics: Arc<Metrics>,
-    service: String,
+    service: Cow<'static, str>,
     method: String,
     started: Instant,
     trace_id: String,
@@ -128,7 +134,7 @@ impl Finish {
         let labels = RpcLabels {
             grpc_service: std::mem::take(&mut self.service),
             grpc_method: std::mem::take(&mut self.method),
-            grpc_code: code_name(code).to_string(),
+            grpc_code: Cow::Borrowed(code_name(code)),
         };
         let rpc = &self.metrics.rpc;
         rpc.handling_seconds.get_or_create(&labels).observe(seconds);
@@ -189,6 +195,7 @@ impl Body for ObservedBody {
 
 impl<S> Service<http::Request<TonicBody>> for Observed<S>
 where
+    S: NamedService,
     S: Service<http::Request<TonicBody>, Response = http::Response<TonicBody>, Error = Infallible>,
     S::Future: Send + 'static,
 {
@@ -201,7 +208,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<TonicBody>) -> Self::Future {
-        let (service, method) = service_and_method(request.uri().path());
+        let (service, method) = service_and_method(request.uri().path(), S::NAME);
         let context = TraceContext::from_header_or_new(
             request
                 .headers()
@@ -214,6 +221,7 @@ where
             node_id = self.node_id,
             method = %method,
         );
+        trace::link_span(&span, &context);
         self.metrics.rpc.in_flight.inc();
         let mut finish = Finish {
             metrics: self.metrics.clone(),
@@ -259,8 +267,15 @@ mod tests {
     #[test]
     fn paths_split_into_service_and_method() {
         assert_eq!(
-            service_and_method("/palisade.v1.Palisade/CreateSandbox"),
+            service_and_method(
+                "/palisade.v1.Palisade/CreateSandbox",
+                "palisade.v1.Palisade"
+            ),
             ("palisade.v1.Palisade".into(), "CreateSandbox".into())
+        );
+        assert_eq!(
+            service_and_method("/other.Service/Call", "palisade.v1.Palisade"),
+            ("other.Service".into(), "Call".into())
         );
         assert_eq!(code_name(14), "UNAVAILABLE");
     }

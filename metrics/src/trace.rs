@@ -108,16 +108,45 @@ impl TraceContext {
     }
 }
 
+/// `bytes` (at most 16) random bytes as lower-case hex, never all zero:
+/// one random number and one allocation (this runs for every request).
 fn random_hex(bytes: usize) -> String {
+    debug_assert!(bytes <= 16, "a W3C id has at most 16 bytes");
+    let bits = bytes.min(16) * 8;
+    let mask = if bits == 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    };
     loop {
-        let text: String = (0..bytes)
-            .map(|_| format!("{:02x}", rand::random::<u8>()))
-            .collect();
+        let value = rand::random::<u128>() & mask;
         // All-zero ids are invalid; a retry is astronomically rare.
-        if text.bytes().any(|byte| byte != b'0') {
-            return text;
+        if value != 0 {
+            return format!("{value:0width$x}", width = bytes * 2);
         }
     }
+}
+
+/// Makes `context` the parent of `span` for OpenTelemetry (`--otlp-endpoint`),
+/// so the exported span carries the request's trace id and hangs under the
+/// caller's span. Without an OpenTelemetry layer installed it does nothing.
+pub fn link_span(span: &tracing::Span, context: &TraceContext) {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let (Ok(trace_id), Ok(span_id)) = (
+        TraceId::from_hex(&context.trace_id),
+        SpanId::from_hex(&context.parent_id),
+    ) else {
+        return;
+    };
+    let remote = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(context.flags),
+        true,
+        Default::default(),
+    );
+    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
 }
 
 tokio::task_local! {
@@ -187,6 +216,10 @@ mod tests {
         let context = TraceContext::parse(header).unwrap();
         assert_eq!(context.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(context.header(), header);
+        for _ in 0..100 {
+            let root = TraceContext::new_root();
+            assert_eq!(TraceContext::parse(&root.header()), Some(root));
+        }
         let child = TraceContext::parse(&context.child_header()).unwrap();
         assert_eq!(child.trace_id, context.trace_id);
         assert_ne!(child.parent_id, context.parent_id);

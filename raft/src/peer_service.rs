@@ -517,6 +517,7 @@ impl RaftPeer for PeerService {
             from_node = from,
             command = command.name(),
         );
+        palisade_metrics::trace::link_span(&span, &context);
         let raft = self.raft.clone();
         let reply: ForwardWriteReply = palisade_metrics::trace::scope(
             context,

@@ -34,13 +34,13 @@
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
-use palisade_lifecycle::{LogPosition, Outcome, State};
+use palisade_lifecycle::{Census, LogPosition, Outcome, State};
 use palisade_storage::{Saved, SnapshotFiles};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -203,6 +203,10 @@ struct Shared {
     bytes: StateBytes,
     /// Recent sandbox changes; its own lock so watchers never hold up reads.
     events: RwLock<EventLog>,
+    /// Sandbox counts, kept at apply (changed only under the `applied`
+    /// write lock, taken after it); its own lock so a scrape or the status
+    /// page reads them without the state's lock and without a full scan.
+    census: Mutex<Census>,
     /// Applied index, published after every apply batch and snapshot install.
     applied_index: watch::Sender<u64>,
 }
@@ -223,7 +227,9 @@ impl StateHandle {
     /// Whether a panic left the applied state half-applied (see the module
     /// doc): the replica cannot serve correctly any more.
     pub fn is_poisoned(&self) -> bool {
-        self.shared.applied.is_poisoned() || self.shared.events.is_poisoned()
+        self.shared.applied.is_poisoned()
+            || self.shared.events.is_poisoned()
+            || self.shared.census.is_poisoned()
     }
 
     /// Index of the last applied log entry (0 before any).
@@ -249,6 +255,12 @@ impl StateHandle {
             .bytes
             .measured(encoded.len() as u64, grown_before);
         use_encoded(&guard, &encoded)
+    }
+
+    /// The sandbox counts of the applied state (kept at apply: a copy of
+    /// a few numbers per workspace, no scan of the state).
+    pub fn census(&self) -> Census {
+        self.shared.census.lock().unwrap_or_else(poisoned).clone()
     }
 
     /// A receiver that changes whenever the applied index moves.
@@ -314,6 +326,7 @@ impl LifecycleStateMachine {
             }
             None => AppliedState::default(),
         };
+        let census = Census::of(&applied.state);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
         let events = EventLog {
@@ -328,6 +341,7 @@ impl LifecycleStateMachine {
                     grown: AtomicU64::new(0),
                 },
                 events: RwLock::new(events),
+                census: Mutex::new(census),
                 applied_index,
             }),
             snapshots: Arc::new(snapshots),
@@ -512,8 +526,11 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             _ => None,
                         };
                         let started = std::time::Instant::now();
-                        let response =
-                            palisade_lifecycle::apply(&mut guard.state, position, command);
+                        let response = self.shared.census.lock().map_err(poisoned_io)?.apply(
+                            &mut guard.state,
+                            position,
+                            command,
+                        );
                         // Under the write lock: see `StateHandle::with_encoded`.
                         self.shared
                             .bytes
@@ -611,8 +628,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             );
         }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
+        let census = Census::of(&state);
         {
             let mut guard = self.write()?;
+            *self.shared.census.lock().map_err(poisoned_io)? = census;
             self.shared
                 .bytes
                 .measured
