@@ -598,6 +598,6 @@ fn the_matrix_has_a_row_for_every_rpc_of_both_services() {
             }
         }
     }
-    assert!(declared > 30, "parsed only {declared} RPCs from the proto");
+    assert!(declared >= 29, "parsed only {declared} RPCs from the proto");
     assert!(missing.is_empty(), "RPCs without a matrix row: {missing:?}");
 }
