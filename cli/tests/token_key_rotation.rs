@@ -112,11 +112,12 @@ fn has_key_material(text: &str) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn old_tokens_verify_until_the_deadline_and_new_ones_use_the_new_key() {
     let cluster = tokio::task::block_in_place(|| {
-        LocalCluster::start(
-            ClusterSpec::new(palisade(), 3)
-                .with_tls()
-                .gateway_args(["--driver", "noop", "--tick-interval-ms", "200"]),
-        )
+        LocalCluster::start(ClusterSpec::new(palisade(), 3).with_tls().gateway_args([
+            "--driver",
+            "noop",
+            "--tick-interval-ms",
+            "200",
+        ]))
         .expect("start a TLS cluster")
     });
     let (leader, _) = cluster
@@ -129,7 +130,9 @@ async fn old_tokens_verify_until_the_deadline_and_new_ones_use_the_new_key() {
         .find(|id| *id != leader)
         .expect("a follower");
     let cli = Cli {
-        config: cluster.client_config().expect("a TLS cluster has a client config"),
+        config: cluster
+            .client_config()
+            .expect("a TLS cluster has a client config"),
     };
     let all = cluster.cli_endpoints(&cluster.node_ids());
     let at_follower = cluster.cli_endpoints(&[follower]);
@@ -188,13 +191,17 @@ async fn old_tokens_verify_until_the_deadline_and_new_ones_use_the_new_key() {
             "the same execution's token did not change: not minted with a new key"
         );
         let after = cli.token_of(&all, "after");
-        assert_eq!(cli.stop_with(&all, "after", &after).as_deref(), Ok("STOPPED"));
+        assert_eq!(
+            cli.stop_with(&all, "after", &after).as_deref(),
+            Ok("STOPPED")
+        );
 
         // After the deadline (on the replicated clock, which the 200 ms
         // ticks bring close to the wall clock): the old token is refused.
         // `before` is stopped already, so probing with its token changes
         // nothing either way.
-        let give_up = Instant::now() + Duration::from_millis((GRACE_SECONDS * 1000) as u64 + 15_000);
+        let give_up =
+            Instant::now() + Duration::from_millis((GRACE_SECONDS * 1000) as u64 + 15_000);
         loop {
             match cli.stop_with(&all, "before", &before) {
                 Ok(phase) => {
@@ -253,6 +260,9 @@ async fn old_tokens_verify_until_the_deadline_and_new_ones_use_the_new_key() {
         let refusal = cli
             .stop_with(&all, "revoked", &revoked_old)
             .expect_err("a token of a key rotated out with no grace verified");
-        assert!(refusal.contains("UNVERIFIABLE_EXECUTION_TOKEN"), "{refusal}");
+        assert!(
+            refusal.contains("UNVERIFIABLE_EXECUTION_TOKEN"),
+            "{refusal}"
+        );
     });
 }

@@ -182,7 +182,11 @@ impl Replica {
         .await;
         match written {
             Ok(Ok(written)) => {
-                tracing::debug!(command = name, index = written.log_id.index, "committed and applied");
+                tracing::debug!(
+                    command = name,
+                    index = written.log_id.index,
+                    "committed and applied"
+                );
                 Ok(Proposed {
                     index: written.log_id.index,
                     response: written.data,

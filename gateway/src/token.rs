@@ -173,21 +173,28 @@ mod tests {
                 Some(UNVERIFIABLE_EXECUTION_TOKEN)
             );
         }
-        assert!(verify(None, 0, &token).is_err(), "no secret, no verification");
+        assert!(
+            verify(None, 0, &token).is_err(),
+            "no secret, no verification"
+        );
     }
 
     #[test]
     fn a_retired_key_verifies_until_its_deadline_and_new_tokens_use_the_current_key() {
         let mut c = cluster(&"ab".repeat(32));
         let old = mint(Some(&c), "sandbox-1", 7);
-        c.retired_token_keys.push(palisade_lifecycle::RetiredTokenKey {
-            key_id: 1,
-            secret_hex: std::mem::replace(&mut c.token_secret_hex, "cd".repeat(32)),
-            valid_until_ms: 5_000,
-        });
+        c.retired_token_keys
+            .push(palisade_lifecycle::RetiredTokenKey {
+                key_id: 1,
+                secret_hex: std::mem::replace(&mut c.token_secret_hex, "cd".repeat(32)),
+                valid_until_ms: 5_000,
+            });
         c.token_key_id = 2;
         let new = mint(Some(&c), "sandbox-1", 7);
-        assert_ne!(new, old, "a token minted after the rotation uses the new key");
+        assert_ne!(
+            new, old,
+            "a token minted after the rotation uses the new key"
+        );
         assert_eq!(verify(Some(&c), 4_999, &old).unwrap().generation, 7);
         assert_eq!(verify(Some(&c), 4_999, &new).unwrap().generation, 7);
         let refused = verify(Some(&c), 5_000, &old).unwrap_err();

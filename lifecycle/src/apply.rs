@@ -11,8 +11,9 @@ use crate::command::{
 };
 use crate::limits::{
     API_TOKEN_TTL_MS_MAX, API_TOKENS_COUNT_MAX, OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX,
-    RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX, RETIRED_TOKEN_KEYS_COUNT_MAX, STATUS_MESSAGE_LENGTH_MAX,
-    TICK_STEP_MS_MAX, TOKEN_KEY_GRACE_MS_MAX, TOKEN_KEY_HEX_LENGTH, WORKSPACES_COUNT_MAX,
+    RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX, RETIRED_TOKEN_KEYS_COUNT_MAX,
+    STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX, TOKEN_KEY_GRACE_MS_MAX, TOKEN_KEY_HEX_LENGTH,
+    WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
@@ -725,13 +726,17 @@ fn rotate_token_key(state: &mut State, token_secret_hex: &str, grace_ms: i64) ->
         );
     }
     let well_formed = token_secret_hex.len() == TOKEN_KEY_HEX_LENGTH
-        && token_secret_hex.bytes().all(|byte| byte.is_ascii_hexdigit());
+        && token_secret_hex
+            .bytes()
+            .all(|byte| byte.is_ascii_hexdigit());
     if !well_formed || token_secret_hex == cluster.token_secret_hex {
         return reject(
             Reason::InvalidArgument {
                 field: "token_secret_hex".into(),
             },
-            format!("a new execution-token key is {TOKEN_KEY_HEX_LENGTH} hex digits, unlike the current one"),
+            format!(
+                "a new execution-token key is {TOKEN_KEY_HEX_LENGTH} hex digits, unlike the current one"
+            ),
         );
     }
     // Keys past their deadline (the tick that drops them may not have

@@ -79,6 +79,6 @@ pub use command::{
 };
 pub use state::{
     ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas,
-    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, RetiredTokenKey, Sandbox, SandboxPhase,
-    SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
+    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, RetiredTokenKey, Sandbox,
+    SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

@@ -103,7 +103,11 @@ fn a_rotation_retires_the_key_until_the_replicated_clock_passes_its_grace() {
         })
     );
     let cluster = log.state.cluster.as_ref().unwrap();
-    assert_eq!(cluster.token_secret_hex, key('b'), "new tokens use the new key");
+    assert_eq!(
+        cluster.token_secret_hex,
+        key('b'),
+        "new tokens use the new key"
+    );
     assert_eq!(cluster.token_key_id, 2);
     assert_eq!(cluster.retired_token_keys[0].secret_hex, key('a'));
     assert_eq!(log.retired(), vec![(1, EPOCH_MS + 30_000)]);
@@ -164,7 +168,8 @@ fn retired_keys_are_bounded_and_a_promised_deadline_is_never_cut_short() {
     let digits = ['b', 'c', 'd', 'e', 'f', '0', '1'];
     for (rotation, digit) in digits.iter().take(RETIRED_TOKEN_KEYS_COUNT_MAX).enumerate() {
         let grace = 10_000 * (rotation as i64 + 1);
-        log.rotate(key(*digit), grace).expect("room for a retired key");
+        log.rotate(key(*digit), grace)
+            .expect("room for a retired key");
     }
     assert_eq!(log.retired().len(), RETIRED_TOKEN_KEYS_COUNT_MAX);
     let before = log.state.clone();
@@ -257,7 +262,10 @@ fn a_rotation_is_leader_internal_and_never_shows_its_key_in_debug() {
     assert!(!rotate.is_client_proposable());
     let mut log = Log::initialized();
     log.rotate(key('b'), 1_000).unwrap();
-    let shown = format!("{:?}", log.state.cluster.as_ref().unwrap().retired_token_keys);
+    let shown = format!(
+        "{:?}",
+        log.state.cluster.as_ref().unwrap().retired_token_keys
+    );
     assert!(!shown.contains(&key('a')), "{shown}");
 }
 

@@ -888,7 +888,11 @@ mod tests {
         );
         let cluster = shadow.state.cluster.as_ref().unwrap();
         assert_eq!(cluster.token_key_id, 2);
-        assert_eq!(cluster.retired_token_keys.len(), 1, "the first key is retired");
+        assert_eq!(
+            cluster.retired_token_keys.len(),
+            1,
+            "the first key is retired"
+        );
         batch(&mut shadow, ready_sandbox("a"));
         batch(
             &mut shadow,

@@ -173,7 +173,11 @@ pub(super) async fn logs(
     // another workspace's sandbox by id reads as NOT_FOUND.
     let caller = crate::auth::Caller::of(&request)?;
     service
-        .authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), super::Access::View)
+        .authorize_sandbox(
+            &caller,
+            request.get_ref().sandbox.as_ref(),
+            super::Access::View,
+        )
         .await?;
     let request = request.into_inner();
     if request.tail_lines > LOG_TAIL_LINES_MAX {
@@ -333,7 +337,11 @@ pub(super) async fn exec(
     // (and admins) only.
     let caller = crate::auth::Caller::of(&request)?;
     service
-        .authorize_sandbox(&caller, request.get_ref().sandbox.as_ref(), super::Access::Edit)
+        .authorize_sandbox(
+            &caller,
+            request.get_ref().sandbox.as_ref(),
+            super::Access::Edit,
+        )
         .await?;
     let request = request.into_inner();
     if request.command.is_empty() || request.command[0].is_empty() {
