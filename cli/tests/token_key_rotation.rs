@@ -200,8 +200,7 @@ async fn old_tokens_verify_until_the_deadline_and_new_ones_use_the_new_key() {
         // ticks bring close to the wall clock): the old token is refused.
         // `before` is stopped already, so probing with its token changes
         // nothing either way.
-        let give_up =
-            Instant::now() + Duration::from_millis((GRACE_SECONDS * 1000) as u64 + 15_000);
+        let give_up = Instant::now() + Duration::from_millis(GRACE_SECONDS * 1000 + 15_000);
         loop {
             match cli.stop_with(&all, "before", &before) {
                 Ok(phase) => {
