@@ -10,8 +10,8 @@
 //!
 //! Cells that are allowed are built to answer deterministically: writes
 //! target a sandbox of the caller's own; admin membership calls carry node
-//! id 0 (INVALID_ARGUMENT proves they passed authorization without changing
-//! the cluster).
+//! id 0 and the key rotation an out-of-range grace (INVALID_ARGUMENT proves
+//! they passed authorization without changing the cluster).
 
 mod support;
 
@@ -40,7 +40,8 @@ const CALLERS: [&str; 8] = [
 ];
 
 use Code::{
-    InvalidArgument as INV, NotFound as NF, Ok as OK, PermissionDenied as PD, Unauthenticated as UA,
+    FailedPrecondition as FP, InvalidArgument as INV, NotFound as NF, Ok as OK,
+    PermissionDenied as PD, Unauthenticated as UA,
 };
 
 /// Expected code per (RPC, caller).
@@ -78,6 +79,14 @@ const MATRIX: &[(&str, [Code; 8])] = &[
     ("RevokeApiToken",       [UA, UA, UA, UA, PD, PD, PD, NF]),
     ("WhoAmI",               [UA, UA, UA, UA, OK, OK, OK, OK]),
     ("SaveSnapshot",         [UA, UA, UA, UA, PD, PD, PD, OK]),
+    ("RotateTokenKey",       [UA, UA, UA, UA, PD, PD, PD, INV]),
+    // The noop driver has no output and runs nothing: an allowed call gets
+    // as far as the driver (FAILED_PRECONDITION DRIVER_UNSUPPORTED, or
+    // INVALID_PHASE once a row before stopped the sandbox).
+    ("SandboxLogs",          [UA, UA, UA, UA, PD, FP, FP, FP]),
+    ("SandboxLogsById",      [UA, UA, UA, UA, NF, FP, FP, FP]),
+    ("ExecSandbox",          [UA, UA, UA, UA, PD, PD, FP, FP]),
+    ("ExecSandboxById",      [UA, UA, UA, UA, NF, PD, FP, FP]),
 ];
 
 /// Adds `authorization: Bearer TOKEN` (nothing without one).
@@ -437,6 +446,54 @@ async fn call(rpc: &str, caller: &mut Caller, column: usize, fixture_id: &str) -
         "WhoAmI" => code(caller.admin.who_am_i(v1::WhoAmIRequest {}).await),
         // The backup holds the token key: admins only.
         "SaveSnapshot" => code(caller.admin.save_snapshot(v1::SaveSnapshotRequest {}).await),
+        "SandboxLogs" => code(
+            caller
+                .api
+                .sandbox_logs(v1::SandboxLogsRequest {
+                    sandbox: by_name(team, "fixture"),
+                    ..Default::default()
+                })
+                .await,
+        ),
+        "SandboxLogsById" => code(
+            caller
+                .api
+                .sandbox_logs(v1::SandboxLogsRequest {
+                    sandbox: by_id(fixture_id),
+                    ..Default::default()
+                })
+                .await,
+        ),
+        "ExecSandbox" => code(
+            caller
+                .api
+                .exec_sandbox(v1::ExecSandboxRequest {
+                    sandbox: by_name(team, "fixture"),
+                    command: vec!["true".into()],
+                    ..Default::default()
+                })
+                .await,
+        ),
+        "ExecSandboxById" => code(
+            caller
+                .api
+                .exec_sandbox(v1::ExecSandboxRequest {
+                    sandbox: by_id(fixture_id),
+                    command: vec!["true".into()],
+                    ..Default::default()
+                })
+                .await,
+        ),
+        // A grace past the longest one: refused after authorization,
+        // before any key changes (the other rows' tokens stay valid).
+        "RotateTokenKey" => code(
+            caller
+                .admin
+                .rotate_token_key(v1::RotateTokenKeyRequest {
+                    grace_seconds: u64::MAX,
+                })
+                .await,
+        ),
         other => panic!("no call for {other} in the matrix test"),
     }
 }
@@ -518,4 +575,32 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says() {
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+/// Every RPC the two services declare has its row: a new RPC cannot skip
+/// the matrix.
+#[test]
+fn the_matrix_has_a_row_for_every_rpc_of_both_services() {
+    let proto = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../proto/palisade/v1/palisade.proto"
+    ));
+    let mut service = None;
+    let mut missing = Vec::new();
+    let mut declared = 0;
+    for line in proto.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("service ") {
+            service = name.split_whitespace().next();
+        } else if line == "}" {
+            service = None;
+        } else if let (Some(service), Some(rpc)) = (service, line.strip_prefix("rpc ")) {
+            let name = rpc.split('(').next().unwrap_or_default().trim();
+            declared += 1;
+            if !MATRIX.iter().any(|(row, _)| *row == name) {
+                missing.push(format!("{service}.{name}"));
+            }
+        }
+    }
+    assert!(declared >= 29, "parsed only {declared} RPCs from the proto");
+    assert!(missing.is_empty(), "RPCs without a matrix row: {missing:?}");
 }

@@ -209,6 +209,12 @@ async fn a_valid_peer_cannot_forward_leader_internal_commands() {
             token_secret_hex: "00".repeat(32),
             driver_identity: String::new(),
         },
+        // A peer choosing the cluster's execution-token key: only the
+        // leader draws one, for an admin's relayed RotateTokenKey.
+        LifecycleCommand::RotateTokenKey {
+            token_secret_hex: "00".repeat(32),
+            grace_ms: 0,
+        },
     ];
     for command in &internal {
         let refused = client

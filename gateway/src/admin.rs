@@ -11,6 +11,13 @@
 //! (a consistent copy of the state for backups, served by the replica
 //! asked, after a read index); every method but
 //! `WhoAmI` is admin-only, enforced by [`crate::auth`] before it gets here.
+//!
+//! `RotateTokenKey` is relayed like a membership change, not forwarded as
+//! a command: its `Command::RotateTokenKey` carries the new key, so it is
+//! leader-internal (`Command::is_client_proposable` is false and a peer's
+//! `ForwardWrite` of one is refused). The leader draws the key itself, so
+//! no replica but the leader ever chooses the cluster's key, and a relay
+//! carries only the grace, never key material.
 
 use openraft::async_runtime::WatchReceiver as _;
 use std::collections::BTreeSet;
@@ -42,13 +49,14 @@ pub fn endpoint_uri(endpoint: &str) -> String {
 
 /// The admin methods a follower relays to the leader, and that founding
 /// members ask each other: all the peer port serves of `ClusterAdmin`.
-pub const RELAYED_METHODS: [&str; 6] = [
+pub const RELAYED_METHODS: [&str; 7] = [
     "GetClusterInfo",
     "AddLearner",
     "PromoteLearner",
     "RemoveMember",
     "TransferLeader",
     "ReconcileOrphans",
+    "RotateTokenKey",
 ];
 
 const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -618,6 +626,99 @@ impl ClusterAdmin for AdminService {
         let proposed = crate::auth::as_caller(caller, self.replica.propose(command)).await?;
         proposed.response.map_err(errors::rejection)?;
         Ok(Response::new(self.api_token(&request.id)?))
+    }
+
+    async fn rotate_token_key(
+        &self,
+        request: Request<v1::RotateTokenKeyRequest>,
+    ) -> Result<Response<v1::RotateTokenKeyResponse>, Status> {
+        // The audit trail of a leader-internal command is this line, on the
+        // replica the admin called (a relay reaches the leader as a peer).
+        let caller = crate::auth::Caller::of(&request)
+            .map(|caller| caller.principal.clone())
+            .unwrap_or_default();
+        let request = request.into_inner();
+        tracing::info!(
+            %caller,
+            grace_seconds = request.grace_seconds,
+            "execution-token key rotation asked"
+        );
+        let grace_ms = i64::try_from(request.grace_seconds)
+            .ok()
+            .and_then(|seconds| seconds.checked_mul(1000))
+            .filter(|grace| *grace <= palisade_lifecycle::limits::TOKEN_KEY_GRACE_MS_MAX)
+            .ok_or_else(|| {
+                errors::status(
+                    Code::InvalidArgument,
+                    "INVALID_GRACE_SECONDS",
+                    format!(
+                        "grace_seconds {} exceeds the longest grace of a retired key ({} s)",
+                        request.grace_seconds,
+                        palisade_lifecycle::limits::TOKEN_KEY_GRACE_MS_MAX / 1000
+                    ),
+                    [("field", "grace_seconds".to_string())],
+                )
+            })?;
+        if let Some(mut leader) = self.leader_client().await? {
+            return leader.rotate_token_key(request).await;
+        }
+        // A deadline counts from the replicated clock, which the first
+        // leader's first tick starts: until then it has no origin.
+        let (initialized, clock_ms) = self
+            .replica
+            .state
+            .read(|applied| (applied.state.cluster.is_some(), applied.state.clock_ms));
+        if !initialized || clock_ms == 0 {
+            return Err(errors::unavailable(
+                NO_LEADER,
+                "the cluster has no execution-token key or replicated clock yet; retry in a few seconds",
+            ));
+        }
+        // Drawn here, on the leader, and written into the command: apply
+        // has no randomness.
+        let key: [u8; 32] = rand::random();
+        let command = palisade_lifecycle::Command::RotateTokenKey {
+            token_secret_hex: hex::encode(key),
+            grace_ms,
+        };
+        let proposed = self.replica.propose_as_leader(command).await?;
+        let outcome = proposed.response.map_err(errors::rejection)?;
+        let palisade_lifecycle::Outcome::TokenKeyRotated {
+            key_id,
+            retired_key_id,
+            retired_valid_until_ms,
+        } = outcome
+        else {
+            return Err(errors::unavailable(
+                errors::INTERNAL,
+                format!("a key rotation applied as {outcome:?}; check `palisade cluster status`"),
+            ));
+        };
+        let retired_keys = self.replica.state.read(|applied| {
+            applied
+                .state
+                .cluster
+                .iter()
+                .flat_map(|cluster| cluster.retired_token_keys.iter())
+                .map(|key| v1::RetiredTokenKey {
+                    key_id: key.key_id,
+                    valid_until_ms: key.valid_until_ms,
+                })
+                .collect()
+        });
+        tracing::info!(
+            key_id,
+            retired_key_id,
+            retired_valid_until_ms,
+            "execution-token key rotated"
+        );
+        Ok(Response::new(v1::RotateTokenKeyResponse {
+            key_id,
+            retired_key_id,
+            retired_valid_until_ms,
+            retired_keys,
+            rotated_at_ms: retired_valid_until_ms.saturating_sub(grace_ms),
+        }))
     }
 
     async fn who_am_i(

@@ -551,6 +551,7 @@ mod tests {
         assert!(editor.require_admin("AddLearner").is_err());
         assert!(Caller::insecure().require_admin("AddLearner").is_ok());
         assert!(admin_only("/palisade.v1.ClusterAdmin/AddLearner"));
+        assert!(admin_only("/palisade.v1.ClusterAdmin/RotateTokenKey"));
         assert!(!admin_only("/palisade.v1.ClusterAdmin/WhoAmI"));
         assert!(admin_only("/palisade.v1.Palisade/CreateWorkspace"));
         assert!(!admin_only("/palisade.v1.Palisade/GetSandbox"));

@@ -153,6 +153,8 @@ pub fn rejection(rejection: Rejection) -> tonic::Status {
         Reason::RequestIdReused => Code::AlreadyExists,
         Reason::SessionNotFound | Reason::TokenNotFound => Code::NotFound,
         Reason::PolicyVersionMismatch => Code::Aborted,
+        // As the gateway's own refusal of such a token (`crate::token`).
+        Reason::UnverifiableExecutionToken => Code::FailedPrecondition,
     };
     let metadata = match &rejection.reason {
         Reason::InvalidArgument { field } => vec![("field", field.clone())],

@@ -162,6 +162,51 @@ impl Replica {
         (metrics.current_leader == Some(self.node_id)).then_some(metrics.current_term)
     }
 
+    /// Proposes a leader-internal `command` (one a peer may not forward,
+    /// e.g. `RotateTokenKey`) if this replica leads, and waits until it is
+    /// committed and applied here. Never forwards: a caller on a follower
+    /// relays its whole request to the leader instead
+    /// ([`crate::admin::RELAYED_METHODS`]).
+    pub async fn propose_as_leader(&self, command: Command) -> Result<Proposed, tonic::Status> {
+        let Some(term) = self.leading_term() else {
+            return Err(errors::unavailable(
+                errors::LEADERSHIP_CHANGED,
+                "this replica stopped leading while asked; retry",
+            ));
+        };
+        let name = command.name();
+        let written = tokio::time::timeout(
+            self.timeouts.propose_timeout,
+            self.raft.client_write(command),
+        )
+        .await;
+        match written {
+            Ok(Ok(written)) => {
+                tracing::debug!(
+                    command = name,
+                    index = written.log_id.index,
+                    "committed and applied"
+                );
+                Ok(Proposed {
+                    index: written.log_id.index,
+                    response: written.data,
+                    proposed_as_leader_in: Some(term),
+                })
+            }
+            // Refused before append: nothing was written.
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                Err(errors::unavailable(
+                    errors::LEADERSHIP_CHANGED,
+                    "leadership moved before the command was appended; nothing changed: retry",
+                ))
+            }
+            Ok(Err(_)) | Err(_) => Err(errors::unavailable(
+                OUTCOME_PENDING,
+                "the command was not committed in time or leadership changed; its outcome is unknown: check before retrying",
+            )),
+        }
+    }
+
     /// Proposes `command` and waits until it is committed and applied on the
     /// leader. Waits through elections up to the propose timeout.
     ///

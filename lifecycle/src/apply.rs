@@ -11,14 +11,15 @@ use crate::command::{
 };
 use crate::limits::{
     API_TOKEN_TTL_MS_MAX, API_TOKENS_COUNT_MAX, OPERATION_WAITERS_MAX, RECEIPT_RETENTION_MS_MAX,
-    RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX, STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX,
+    RECEIPT_RETENTION_MS_MIN, RESTARTS_MAX, RETIRED_TOKEN_KEYS_COUNT_MAX,
+    STATUS_MESSAGE_LENGTH_MAX, TICK_STEP_MS_MAX, TOKEN_KEY_GRACE_MS_MAX, TOKEN_KEY_HEX_LENGTH,
     WORKSPACES_COUNT_MAX,
 };
 use crate::owned;
 use crate::state::{
     ApiToken, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation, OperationKind, Quotas,
-    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox, SandboxPhase, State,
-    Workspace, WorkspacePhase, assert_sandbox_invariants,
+    Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, RetiredTokenKey, Sandbox,
+    SandboxPhase, State, Workspace, WorkspacePhase, assert_sandbox_invariants,
 };
 use crate::validate;
 
@@ -118,6 +119,17 @@ pub enum Outcome {
     },
     /// A time tick or cluster initialization was applied.
     Housekeeping,
+    /// The execution-token key was replaced (`RotateTokenKey`). Ids and
+    /// the deadline only: never a key.
+    TokenKeyRotated {
+        /// Id of the new current key.
+        key_id: u64,
+        /// Id of the replaced key.
+        retired_key_id: u64,
+        /// The replicated clock from which the replaced key's tokens are
+        /// refused (the clock at apply when the grace is 0).
+        retired_valid_until_ms: i64,
+    },
     /// The log entry carried no lifecycle command (a leader's blank entry or
     /// a membership change); the state is unchanged.
     NotACommand,
@@ -176,6 +188,9 @@ pub enum Reason {
     PolicyVersionMismatch,
     /// No such API token.
     TokenNotFound,
+    /// The execution token's key no longer verifies (rotated out, or its
+    /// grace ended before the command applied).
+    UnverifiableExecutionToken,
 }
 
 impl Reason {
@@ -200,6 +215,7 @@ impl Reason {
             Reason::SessionNotFound => "SESSION_NOT_FOUND".into(),
             Reason::PolicyVersionMismatch => "POLICY_VERSION_MISMATCH".into(),
             Reason::TokenNotFound => "TOKEN_NOT_FOUND".into(),
+            Reason::UnverifiableExecutionToken => "UNVERIFIABLE_EXECUTION_TOKEN".into(),
         }
     }
 }
@@ -465,10 +481,16 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
                     token_secret_hex,
                     token_domain,
                     driver_identity: driver_identity.clone(),
+                    token_key_id: 1,
+                    retired_token_keys: Vec::new(),
                 });
             }
             Ok(Outcome::Housekeeping)
         }
+        Command::RotateTokenKey {
+            token_secret_hex,
+            grace_ms,
+        } => rotate_token_key(state, token_secret_hex, *grace_ms),
         Command::AdoptDriverIdentity { driver_identity } => {
             if let Some(cluster) = &mut state.cluster
                 && cluster.driver_identity.is_empty()
@@ -680,6 +702,94 @@ fn tick(state: &mut State, now_ms: i64) {
         sessions.retain(|_, session| session.expires_at_ms > clock);
         !sessions.is_empty()
     });
+    // A retired key whose deadline passed verifies nothing: drop it.
+    if let Some(cluster) = &mut state.cluster {
+        cluster
+            .retired_token_keys
+            .retain(|key| key.valid_until_ms > clock);
+    }
+}
+
+/// `RotateTokenKey`: the new key becomes current; the replaced one is kept
+/// until the replicated clock plus the grace (not at all with no grace).
+fn rotate_token_key(state: &mut State, token_secret_hex: &str, grace_ms: i64) -> Response {
+    let clock = state.clock_ms;
+    let Some(cluster) = &mut state.cluster else {
+        return reject(
+            Reason::InvalidPhase,
+            "the cluster has no execution-token key yet (its first leader chooses one right \
+             after election); retry",
+        );
+    };
+    if !(0..=TOKEN_KEY_GRACE_MS_MAX).contains(&grace_ms) {
+        return reject(
+            Reason::InvalidArgument {
+                field: "grace_seconds".into(),
+            },
+            format!(
+                "a retired key verifies for at most {} s",
+                TOKEN_KEY_GRACE_MS_MAX / 1000
+            ),
+        );
+    }
+    let well_formed = token_secret_hex.len() == TOKEN_KEY_HEX_LENGTH
+        && token_secret_hex
+            .bytes()
+            .all(|byte| byte.is_ascii_hexdigit());
+    if !well_formed || token_secret_hex == cluster.token_secret_hex {
+        return reject(
+            Reason::InvalidArgument {
+                field: "token_secret_hex".into(),
+            },
+            format!(
+                "a new execution-token key is {TOKEN_KEY_HEX_LENGTH} hex digits, unlike the current one"
+            ),
+        );
+    }
+    // Keys past their deadline (the tick that drops them may not have
+    // come yet) make no room problem.
+    cluster
+        .retired_token_keys
+        .retain(|key| key.valid_until_ms > clock);
+    let retired_valid_until_ms = clock.saturating_add(grace_ms);
+    if grace_ms > 0 && cluster.retired_token_keys.len() >= RETIRED_TOKEN_KEYS_COUNT_MAX {
+        let next_free_ms = cluster
+            .retired_token_keys
+            .iter()
+            .map(|key| key.valid_until_ms)
+            .min()
+            .unwrap_or(clock);
+        return reject(
+            Reason::ResourceExhausted,
+            format!(
+                "{RETIRED_TOKEN_KEYS_COUNT_MAX} retired keys are still in their grace period \
+                 (the first ends at {next_free_ms} ms on the replicated clock); rotate again \
+                 after it, or with --grace-seconds 0"
+            ),
+        );
+    }
+    let retired_key_id = cluster.token_key_id;
+    let retired_secret = std::mem::replace(
+        &mut cluster.token_secret_hex,
+        token_secret_hex.to_ascii_lowercase(),
+    );
+    cluster.token_key_id = retired_key_id.saturating_add(1);
+    if grace_ms > 0 {
+        cluster.retired_token_keys.push(RetiredTokenKey {
+            key_id: retired_key_id,
+            secret_hex: retired_secret,
+            valid_until_ms: retired_valid_until_ms,
+        });
+    }
+    assert!(
+        cluster.retired_token_keys.len() <= RETIRED_TOKEN_KEYS_COUNT_MAX,
+        "retired token keys are bounded"
+    );
+    Ok(Outcome::TokenKeyRotated {
+        key_id: cluster.token_key_id,
+        retired_key_id,
+        retired_valid_until_ms,
+    })
 }
 
 fn create_workspace(state: &mut State, position: LogPosition, id: &str, name: &str) -> Response {
@@ -899,6 +1009,26 @@ fn resolve_checked<'a>(
     target: &SandboxTarget,
     expected_execution: Option<&ExecutionRef>,
 ) -> Result<&'a mut Sandbox, Rejection> {
+    if let Some(ExecutionRef {
+        key_id: Some(key_id),
+        ..
+    }) = expected_execution
+    {
+        let verifies = state.cluster.as_ref().is_some_and(|cluster| {
+            cluster
+                .verifying_keys(state.clock_ms)
+                .any(|(id, _)| id == *key_id)
+        });
+        if !verifies {
+            return Err(Rejection {
+                reason: Reason::UnverifiableExecutionToken,
+                message: format!(
+                    "the execution token cannot be verified: its key ({key_id}) was rotated out \
+                     or its grace ended; nothing was changed (observe the sandbox for a valid token)"
+                ),
+            });
+        }
+    }
     let id = resolve_id(state, target)?;
     let sandbox = state
         .sandboxes

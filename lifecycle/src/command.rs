@@ -46,6 +46,14 @@ pub struct ExecutionRef {
     pub sandbox_id: String,
     /// Execution generation.
     pub generation: u64,
+    /// Id of the token key that verified the token where the request came
+    /// in. Apply refuses the command (`UNVERIFIABLE_EXECUTION_TOKEN`) if
+    /// that key no longer verifies on the replicated clock at apply (rotated
+    /// out, or its grace ended), so a replica that verified against a state
+    /// a little behind cannot stretch a key's deadline. `None` (commands
+    /// written before key rotation existed): not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<u64>,
 }
 
 /// Result of a launch, as reported by the driver.
@@ -209,6 +217,21 @@ pub enum Command {
         /// The proposing leader's compute driver identity.
         #[serde(default)]
         driver_identity: String,
+    },
+    /// Replace the execution-token key: new tokens are minted with
+    /// `token_secret_hex` (id: the current id plus one); the replaced key
+    /// keeps verifying the tokens it signed until the replicated clock
+    /// reaches its deadline, the clock at apply plus `grace_ms` (0: it
+    /// stops verifying at once). Leader-internal: the leader draws the key
+    /// (apply has no randomness) when an admin asks (`ClusterAdmin.
+    /// RotateTokenKey`, relayed to the leader by a follower), and a peer
+    /// can never forward one (it would choose the cluster's key).
+    RotateTokenKey {
+        /// Hex of a random 32-byte key, drawn by the proposing leader.
+        token_secret_hex: String,
+        /// How long the replaced key still verifies, from apply; at most
+        /// [`TOKEN_KEY_GRACE_MS_MAX`](crate::limits::TOKEN_KEY_GRACE_MS_MAX).
+        grace_ms: i64,
     },
     /// Records the compute driver identity of a cluster initialized before
     /// identities were recorded; ignored once one is recorded.
@@ -438,6 +461,7 @@ impl Command {
                 !matches!(**command, Command::Attributed { .. }) && command.is_client_proposable()
             }
             Command::InitializeCluster { .. }
+            | Command::RotateTokenKey { .. }
             | Command::AdoptDriverIdentity { .. }
             | Command::Tick { .. }
             | Command::ConfigureReceiptRetention { .. }
@@ -479,6 +503,7 @@ impl Command {
             Command::CreateApiToken { .. } => "CreateApiToken",
             Command::RevokeApiToken { .. } => "RevokeApiToken",
             Command::InitializeCluster { .. } => "InitializeCluster",
+            Command::RotateTokenKey { .. } => "RotateTokenKey",
             Command::AdoptDriverIdentity { .. } => "AdoptDriverIdentity",
             Command::Tick { .. } => "Tick",
             Command::ConfigureReceiptRetention { .. } => "ConfigureReceiptRetention",

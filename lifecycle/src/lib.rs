@@ -29,6 +29,8 @@
 //! step, not by the jump. Receipt retention is replicated configuration
 //! ([`State::receipt_retention_ms`], at least 24 h, clamped at apply),
 //! counted from a receipt's settlement; pending receipts never expire.
+//! A retired execution-token key's deadline is on the same clock
+//! (`RotateTokenKey`: the clock plus the grace its command carries).
 //!
 //! # A state budget
 //!
@@ -80,6 +82,7 @@ pub use command::{
 };
 pub use state::{
     ApiToken, CarriedTokenKey, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation,
-    OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy, Sandbox,
+    OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy,
+    RetiredTokenKey, Sandbox,
     SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
 };

@@ -150,3 +150,13 @@ pub const ADDRESS_BYTES_MAX: usize = 260;
 pub const API_TOKENS_COUNT_MAX: usize = 10_000;
 /// Longest lifetime of an API token (`--ttl`): one year.
 pub const API_TOKEN_TTL_MS_MAX: i64 = 366 * 24 * 3600 * 1000;
+/// Most retired execution-token keys kept at once (each still verifying
+/// until its deadline): a rotation that would retire one more while this
+/// many are still in their grace is refused (RESOURCE_EXHAUSTED), never
+/// cutting a promised deadline short.
+pub const RETIRED_TOKEN_KEYS_COUNT_MAX: usize = 4;
+/// Longest grace of a retired execution-token key
+/// (`cluster rotate-token-key --grace-seconds`): seven days.
+pub const TOKEN_KEY_GRACE_MS_MAX: i64 = 7 * 24 * 3600 * 1000;
+/// Length of an execution-token key in hex (32 random bytes).
+pub const TOKEN_KEY_HEX_LENGTH: usize = 64;

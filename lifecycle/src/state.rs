@@ -205,6 +205,60 @@ pub struct ClusterIdentity {
     /// them. Empty until a leader records it.
     #[serde(default)]
     pub driver_identity: String,
+    /// Id of the key in `token_secret_hex`: 1 for the key the first leader
+    /// chose, one more at each rotation. Only ids are ever shown.
+    #[serde(default = "first_token_key_id")]
+    pub token_key_id: u64,
+    /// Keys replaced by `RotateTokenKey` that still verify the tokens they
+    /// signed until their deadline (oldest first; at most
+    /// [`RETIRED_TOKEN_KEYS_COUNT_MAX`](crate::limits::RETIRED_TOKEN_KEYS_COUNT_MAX)).
+    /// New tokens are always minted with the current key.
+    #[serde(default)]
+    pub retired_token_keys: Vec<RetiredTokenKey>,
+}
+
+fn first_token_key_id() -> u64 {
+    1
+}
+
+impl ClusterIdentity {
+    /// The keys a token may be verified with when the replicated clock
+    /// reads `clock_ms`: the current key, then each retired key whose
+    /// deadline is still ahead (`clock_ms < valid_until_ms`).
+    pub fn verifying_keys(&self, clock_ms: i64) -> impl Iterator<Item = (u64, &str)> {
+        std::iter::once((self.token_key_id, self.token_secret_hex.as_str())).chain(
+            self.retired_token_keys
+                .iter()
+                .rev()
+                .filter(move |key| clock_ms < key.valid_until_ms)
+                .map(|key| (key.key_id, key.secret_hex.as_str())),
+        )
+    }
+}
+
+/// An execution-token key replaced by a rotation, kept until its deadline
+/// so that the tokens it signed keep verifying for a stated grace.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredTokenKey {
+    /// The key's id ([`ClusterIdentity::token_key_id`] while it was current).
+    pub key_id: u64,
+    /// Hex of the key (secret: never shown, blanked in the projection).
+    pub secret_hex: String,
+    /// The replicated clock ([`State::clock_ms`]) from which tokens it
+    /// signed are refused; the first tick at or after it removes the key.
+    pub valid_until_ms: i64,
+}
+
+/// Never prints the key itself (a state dump in a log must not leak it).
+impl std::fmt::Debug for RetiredTokenKey {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RetiredTokenKey")
+            .field("key_id", &self.key_id)
+            .field("secret_hex", &"<redacted>")
+            .field("valid_until_ms", &self.valid_until_ms)
+            .finish()
+    }
 }
 
 impl ClusterIdentity {

@@ -36,6 +36,7 @@ fn expected_execution() -> impl Strategy<Value = Option<ExecutionRef>> {
         (0..IDS.len(), 1u64..4).prop_map(|(i, generation)| ExecutionRef {
             sandbox_id: IDS[i].into(),
             generation,
+            key_id: None,
         }),
     )
 }

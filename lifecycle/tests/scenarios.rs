@@ -546,6 +546,7 @@ fn execution(id: &str, generation: u64) -> Option<ExecutionRef> {
     Some(ExecutionRef {
         sandbox_id: id.into(),
         generation,
+        key_id: None,
     })
 }
 

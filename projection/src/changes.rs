@@ -135,6 +135,9 @@ impl Shadow {
         };
         if let Some(cluster) = copy.cluster.as_mut() {
             cluster.token_secret_hex.clear();
+            for key in &mut cluster.retired_token_keys {
+                key.secret_hex.clear();
+            }
         }
         for session in copy
             .ssh_sessions
@@ -296,6 +299,7 @@ impl Subject {
             | Command::ObserveLost { sandbox_id, .. }
             | Command::ObserveExit { sandbox_id, .. } => on(Some(sandbox_id.clone())),
             Command::InitializeCluster { .. }
+            | Command::RotateTokenKey { .. }
             | Command::AdoptDriverIdentity { .. }
             | Command::ConfigureReceiptRetention { .. }
             | Command::ConfigureQuotas { .. }
@@ -441,6 +445,7 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::SshSessionRevoked { .. } => "SshSessionRevoked",
         Outcome::PolicySet { .. } => "PolicySet",
         Outcome::Housekeeping => "Housekeeping",
+        Outcome::TokenKeyRotated { .. } => "TokenKeyRotated",
         Outcome::NotACommand => "NotACommand",
         Outcome::Ignored { .. } => "Ignored",
     }
@@ -871,6 +876,28 @@ mod tests {
                 driver_identity: String::new(),
             }],
         );
+        // A rotation retires the first key (kept for its grace) and makes
+        // another current: neither may be stored.
+        batch(
+            &mut shadow,
+            vec![
+                Command::Tick {
+                    now_ms: 1_000,
+                    receipt_retention_ms: 0,
+                },
+                Command::RotateTokenKey {
+                    token_secret_hex: "ab12cd".repeat(10) + "ab12",
+                    grace_ms: 60_000,
+                },
+            ],
+        );
+        let cluster = shadow.state.cluster.as_ref().unwrap();
+        assert_eq!(cluster.token_key_id, 2);
+        assert_eq!(
+            cluster.retired_token_keys.len(),
+            1,
+            "the first key is retired"
+        );
         batch(&mut shadow, ready_sandbox("a"));
         batch(
             &mut shadow,
@@ -885,7 +912,8 @@ mod tests {
         );
         let stored = String::from_utf8(shadow.encode().unwrap()).unwrap();
         assert!(stored.contains("cluster") && stored.contains("s1"));
-        assert!(!stored.contains("5ec2e7"));
+        assert!(!stored.contains("5ec2e7"), "the retired key is stored");
+        assert!(!stored.contains("ab12cd"), "the current key is stored");
         assert!(!stored.contains("d1d1"));
         // The in-memory shadow keeps it: it is what apply saw.
         assert!(shadow.state.cluster.is_some());

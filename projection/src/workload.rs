@@ -122,10 +122,12 @@ impl Workload {
             6..=8 => Some(ExecutionRef {
                 sandbox_id: sandbox.id.clone(),
                 generation: sandbox.execution.generation,
+                key_id: None,
             }),
             _ => Some(ExecutionRef {
                 sandbox_id: sandbox.id.clone(),
                 generation: sandbox.execution.generation.saturating_sub(1),
+                key_id: None,
             }),
         }
     }

@@ -229,6 +229,20 @@ pub enum ClusterCommand {
     /// run`). The new cluster gets a new cluster id; the execution-token
     /// key is kept unless --rotate-token-key.
     Restore(crate::backup::RestoreArgs),
+    /// Replace the key execution tokens are signed with (admin only). New
+    /// tokens use the new key at once; tokens of the replaced key keep
+    /// verifying until the printed deadline (UTC, on the cluster's
+    /// replicated clock), then are refused (UNVERIFIABLE_EXECUTION_TOKEN).
+    /// Prints key ids, never keys.
+    #[command(name = "rotate-token-key")]
+    RotateTokenKey {
+        /// Seconds the replaced key still verifies the tokens it signed
+        /// (0: refuse them at once, e.g. after a leak; at most 604800, seven
+        /// days). At most four replaced keys may be in their grace at once.
+        #[arg(long, default_value_t = 3600,
+              value_parser = clap::value_parser!(u64).range(0..=604_800))]
+        grace_seconds: u64,
+    },
 }
 
 /// `palisade cluster snapshot ...`
@@ -893,6 +907,96 @@ async fn cluster_reconcile(
     Ok(())
 }
 
+/// `cluster rotate-token-key`: any replica relays it to the leader, which
+/// draws the new key. Shows key ids and deadlines only.
+async fn cluster_rotate_token_key(
+    client: &mut Client,
+    output: Output,
+    grace_seconds: u64,
+) -> anyhow::Result<()> {
+    let rotated = client
+        .admin(|mut admin| async move {
+            admin
+                .rotate_token_key(v1::RotateTokenKeyRequest { grace_seconds })
+                .await
+        })
+        .await?;
+    match output {
+        Output::Json => print_json(&json!({
+            "key_id": rotated.key_id,
+            "retired_key_id": rotated.retired_key_id,
+            "retired_valid_until_ms": rotated.retired_valid_until_ms,
+            "retired_valid_until": utc_timestamp(rotated.retired_valid_until_ms),
+            "rotated_at_ms": rotated.rotated_at_ms,
+            "retired_keys": rotated.retired_keys.iter().map(|key| json!({
+                "key_id": key.key_id,
+                "valid_until_ms": key.valid_until_ms,
+                "valid_until": utc_timestamp(key.valid_until_ms),
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => {
+            println!(
+                "execution tokens are now minted with key {}",
+                rotated.key_id
+            );
+            if grace_seconds == 0 {
+                println!(
+                    "tokens of key {} are refused from now on",
+                    rotated.retired_key_id
+                );
+            } else {
+                println!(
+                    "tokens of key {} verify until {} (cluster clock), then are refused",
+                    rotated.retired_key_id,
+                    utc_timestamp(rotated.retired_valid_until_ms)
+                );
+            }
+            for key in rotated
+                .retired_keys
+                .iter()
+                .filter(|key| key.key_id != rotated.retired_key_id)
+            {
+                println!(
+                    "tokens of key {} verify until {}",
+                    key.key_id,
+                    utc_timestamp(key.valid_until_ms)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+/// The civil date from the day count is Howard Hinnant's `civil_from_days`
+/// (proleptic Gregorian), a few lines rather than a date crate for one
+/// timestamp.
+pub(crate) fn utc_timestamp(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let of_day = ms.rem_euclid(86_400_000);
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        of_day / 3_600_000,
+        of_day % 3_600_000 / 60_000,
+        of_day % 60_000 / 1000,
+        of_day % 1000
+    )
+}
+
 /// Membership changes: sent to any replica, which forwards to the leader.
 async fn cluster_change(
     client: &mut Client,
@@ -951,6 +1055,9 @@ async fn cluster_change(
         ClusterCommand::Reconcile { dry_run } => {
             return cluster_reconcile(client, output, dry_run).await;
         }
+        ClusterCommand::RotateTokenKey { grace_seconds } => {
+            return cluster_rotate_token_key(client, output, grace_seconds).await;
+        }
     };
     match output {
         Output::Json => print_json(&json!({
@@ -999,6 +1106,14 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn timestamps_print_as_utc() {
+        assert_eq!(utc_timestamp(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc_timestamp(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc_timestamp(1_798_761_599_999), "2026-12-31T23:59:59.999Z");
+        assert_eq!(utc_timestamp(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {

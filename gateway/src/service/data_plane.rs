@@ -169,6 +169,16 @@ pub(super) async fn logs(
     service: &PalisadeService,
     request: Request<v1::SandboxLogsRequest>,
 ) -> Result<Response<LogChunkStream>, Status> {
+    // A sandbox's output is readable by whoever may view its workspace;
+    // another workspace's sandbox by id reads as NOT_FOUND.
+    let caller = crate::auth::Caller::of(&request)?;
+    service
+        .authorize_sandbox(
+            &caller,
+            request.get_ref().sandbox.as_ref(),
+            super::Access::View,
+        )
+        .await?;
     let request = request.into_inner();
     if request.tail_lines > LOG_TAIL_LINES_MAX {
         return Err(invalid(
@@ -323,6 +333,16 @@ pub(super) async fn exec(
     service: &PalisadeService,
     request: Request<v1::ExecSandboxRequest>,
 ) -> Result<Response<ExecOutputStream>, Status> {
+    // Running a command in a sandbox is a write: editors of its workspace
+    // (and admins) only.
+    let caller = crate::auth::Caller::of(&request)?;
+    service
+        .authorize_sandbox(
+            &caller,
+            request.get_ref().sandbox.as_ref(),
+            super::Access::Edit,
+        )
+        .await?;
     let request = request.into_inner();
     if request.command.is_empty() || request.command[0].is_empty() {
         return Err(invalid(

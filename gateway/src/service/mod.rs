@@ -143,6 +143,14 @@ impl PalisadeService {
             .state
             .read(|applied| applied.state.cluster.clone())
     }
+
+    /// The cluster's identity (token keys) and the replicated clock, read
+    /// together.
+    fn cluster_and_clock(&self) -> (Option<ClusterIdentity>, i64) {
+        self.replica
+            .state
+            .read(|applied| (applied.state.cluster.clone(), applied.state.clock_ms))
+    }
 }
 
 #[tonic::async_trait]

@@ -83,15 +83,27 @@ struct ExecutionCall {
 
 /// Resolves the target of Stop/Start/Delete: the reference, or the
 /// sandbox the execution token names; and the verified token's execution.
+/// The expected execution as a request's payload digest sees it: which key
+/// verified the token is not part of what the client asked (a retry of the
+/// same request must match its receipt whichever key verified it).
+fn digest_view(expected_execution: &Option<ExecutionRef>) -> Option<ExecutionRef> {
+    expected_execution.clone().map(|execution| ExecutionRef {
+        key_id: None,
+        ..execution
+    })
+}
+
+/// `cluster` and `clock_ms` are this replica's applied view: a retired
+/// token key verifies until the replicated clock reaches its deadline.
 fn target_and_execution(
     sandbox: Option<v1::SandboxRef>,
     expected_execution: &str,
-    cluster: Option<&ClusterIdentity>,
+    (cluster, clock_ms): (Option<&ClusterIdentity>, i64),
 ) -> Result<(SandboxTarget, Option<ExecutionRef>), Status> {
     let execution = if expected_execution.is_empty() {
         None
     } else {
-        Some(token::verify(cluster, expected_execution)?)
+        Some(token::verify(cluster, clock_ms, expected_execution)?)
     };
     let reference = sandbox.unwrap_or_default();
     let target = match &execution {
@@ -111,12 +123,16 @@ impl PalisadeService {
         call: ExecutionCall,
         begin: impl FnOnce(SandboxTarget, Option<ExecutionRef>, RequestMeta) -> Command,
     ) -> Result<Response<v1::Sandbox>, Status> {
+        let (cluster, clock_ms) = self.cluster_and_clock();
         let (target, expected_execution) = target_and_execution(
             call.sandbox,
             &call.expected_execution,
-            self.cluster().as_ref(),
+            (cluster.as_ref(), clock_ms),
         )?;
-        let meta = request_meta(&call.request_id, &(call.rpc, &target, &expected_execution))?;
+        let meta = request_meta(
+            &call.request_id,
+            &(call.rpc, &target, &digest_view(&expected_execution)),
+        )?;
         let command = begin(target, expected_execution, meta.clone());
         let settled = self.run_operation(command, &meta, call.no_wait).await?;
         self.projection_caught_up(call.wait_for_projection).await?;
@@ -486,10 +502,11 @@ pub(super) async fn delete(
 ) -> Result<Response<v1::DeleteSandboxResponse>, Status> {
     let wait_for_projection = wants_projection(request.metadata());
     let request = request.into_inner();
+    let (cluster, clock_ms) = service.cluster_and_clock();
     let (target, expected_execution) = target_and_execution(
         request.sandbox,
         &request.expected_execution,
-        service.cluster().as_ref(),
+        (cluster.as_ref(), clock_ms),
     )?;
     let expected_sandbox_id = if request.expected_sandbox_id.is_empty() {
         None
@@ -508,7 +525,7 @@ pub(super) async fn delete(
             "DeleteSandbox",
             &target,
             &expected_sandbox_id,
-            &expected_execution,
+            &digest_view(&expected_execution),
         ),
     )?;
     let command = Command::BeginDelete {
