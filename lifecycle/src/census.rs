@@ -167,6 +167,7 @@ fn touched_sandbox(state: &State, command: &Command) -> Option<String> {
         | Command::CreateApiToken { .. }
         | Command::RevokeApiToken { .. }
         | Command::InitializeCluster { .. }
+        | Command::RotateTokenKey { .. }
         | Command::AdoptDriverIdentity { .. }
         | Command::Tick { .. }
         | Command::ConfigureReceiptRetention { .. }

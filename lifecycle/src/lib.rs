@@ -83,6 +83,6 @@ pub use command::{
 pub use state::{
     ApiToken, CarriedTokenKey, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation,
     OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy,
-    RetiredTokenKey, Sandbox,
-    SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State, Workspace, WorkspacePhase,
+    RetiredTokenKey, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State,
+    Workspace, WorkspacePhase,
 };

@@ -114,6 +114,10 @@ fn samples() -> Vec<Command> {
             now_ms: 1_764_000_000_000,
             receipt_retention_ms: 86_400_000,
         },
+        Command::RotateTokenKey {
+            token_secret_hex: "ab".repeat(32),
+            grace_ms: 3_600_000,
+        },
         Command::ConfigureReceiptRetention {
             retention_ms: 86_400_000,
         },
@@ -184,6 +188,7 @@ fn samples() -> Vec<Command> {
             expected_execution: Some(ExecutionRef {
                 sandbox_id: SANDBOX.into(),
                 generation: 1,
+                key_id: None,
             }),
             request: request("stop-web"),
         },
