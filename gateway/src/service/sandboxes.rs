@@ -115,7 +115,11 @@ impl PalisadeService {
             &call.expected_execution,
             self.cluster().as_ref(),
         )?;
-        let meta = request_meta(&call.request_id, &(call.rpc, &target, &expected_execution))?;
+        let meta = request_meta(
+            self.now_ms(),
+            &call.request_id,
+            &(call.rpc, &target, &expected_execution),
+        )?;
         let command = begin(target, expected_execution, meta.clone());
         let settled = self.run_operation(command, &meta, call.no_wait).await?;
         self.projection_caught_up(call.wait_for_projection).await?;
@@ -168,6 +172,7 @@ pub(super) async fn create(
     let annotations: BTreeMap<_, _> = request.annotations.into_iter().collect();
     validate::annotations(&annotations).map_err(errors::invalid_input)?;
     let meta = request_meta(
+        service.now_ms(),
         &request.request_id,
         &(
             "CreateSandbox",
@@ -477,6 +482,7 @@ pub(super) async fn delete(
         Some(request.expected_sandbox_id.clone())
     };
     let meta = request_meta(
+        service.now_ms(),
         &request.request_id,
         &(
             "DeleteSandbox",
