@@ -717,7 +717,7 @@ impl Nemesis {
 }
 
 /// How long the cluster lane stays quiet between two faults, ms (low, high).
-pub const QUIET_MS: (u64, u64) = (50, 300);
+pub const QUIET_MS: (u64, u64) = (200, 700);
 
 /// What the nemesis did: faults injected and missed, by kind
 /// (`handoff:before-effect:stall`, `kill`, `clock:behind`, ...).
@@ -767,11 +767,15 @@ impl Lane {
         mut stop: watch::Receiver<bool>,
     ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
         loop {
+            // Driver faults slow every operation they touch (a hung call
+            // waits for its timeout), and a slower workload lasts longer
+            // under faults scheduled in time: the driver lane stays quiet
+            // more than half of the time. A few forged messages make the
+            // point; more would only swell the count.
             let quiet = match kind {
-                // A few forged messages make the point; more would only
-                // swell the count.
-                NemesisKind::Forge => self.ms(1_000, 3_000),
-                _ => self.ms(100, 500),
+                NemesisKind::Driver => self.ms(600, 1_800),
+                NemesisKind::Forge => self.ms(1_500, 4_000),
+                _ => self.ms(300, 1_000),
             };
             tokio::select! {
                 _ = tokio::time::sleep(quiet) => {}
@@ -834,7 +838,7 @@ impl Lane {
         let names = ["latency", "reject", "uncertain", "hang", "mixed"];
         let name = names[usize::from(profile).min(names.len() - 1)];
         let fault = self.count(format!("driver:{name}"), format!("driver profile {name}"));
-        let held = self.ms(300, 1_200);
+        let held = self.ms(200, 800);
         tokio::time::sleep(held).await;
         self.host.set_plan(FaultPlan::default());
         self.history.fault("driver-healed", "driver faults cleared");
