@@ -140,7 +140,8 @@ pub fn html(report: &Report) -> String {
     let rows = fault_kinds.len() + clients.len();
     let top = 20.0;
     let height = top + ROW_HEIGHT * rows as f64 + 30.0;
-    let width = MARGIN_LEFT + PLOT_WIDTH + 20.0;
+    // Room on the right for the last time label.
+    let width = MARGIN_LEFT + PLOT_WIDTH + 60.0;
 
     let mut svg = String::new();
     let _ = writeln!(
