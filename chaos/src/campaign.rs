@@ -23,7 +23,7 @@ use crate::cluster::{Cluster, ClusterConfig};
 use crate::history::{FaultEvent, History, Phase};
 use crate::host::SharedHost;
 use crate::links::LinkTable;
-use crate::nemesis::{Nemesis, NemesisKind, nemesis_rng};
+use crate::nemesis::{Nemesis, NemesisKind, NemesisOutcome, nemesis_rng};
 use crate::points::Triggers;
 use crate::workload::{self, Endpoints, WorkloadConfig};
 
@@ -80,11 +80,15 @@ pub struct CampaignConfig {
     /// Run the PostgreSQL projection on every replica and check it against
     /// the state at the end (in-process mode; needs PostgreSQL installed).
     pub postgres: bool,
+    /// Pace of the workload, operations per second (0: unpaced; see
+    /// [`WorkloadConfig::rate`]).
+    pub rate: f64,
 }
 
 impl CampaignConfig {
-    /// The default campaign for `seed`: 400 operations, 5 clients on 6
-    /// names, 3 replicas, every nemesis, in process.
+    /// The default campaign for `seed`: 400 operations paced at
+    /// [`workload::DEFAULT_RATE`] per second, 5 clients on 6 names, 3
+    /// replicas, every nemesis, in process.
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -95,6 +99,7 @@ impl CampaignConfig {
             nemeses: NemesisKind::ALL.to_vec(),
             mode: Mode::InProcess,
             postgres: false,
+            rate: workload::DEFAULT_RATE,
         }
     }
 }
@@ -127,8 +132,19 @@ pub struct Report {
     pub by_call: BTreeMap<String, Outcomes>,
     /// Replays compared with the original answer.
     pub replays: usize,
-    /// Faults the nemesis injected, by kind.
+    /// Faults the nemesis injected, by kind and variant
+    /// (`handoff:before-effect:stall`, `partition:split`, `clock:behind`).
     pub faults: BTreeMap<String, u64>,
+    /// Faults injected, by nemesis kind (`handoff`, `kill`, ...).
+    pub faults_by_kind: BTreeMap<String, u64>,
+    /// Handoffs injected, by the fault point they fired at.
+    pub faults_by_point: BTreeMap<String, u64>,
+    /// Faults attempted that did not take place (an armed point nobody
+    /// reached, a transfer that did not move), by kind and variant.
+    pub faults_missed: BTreeMap<String, u64>,
+    /// Requested nemeses that never fired: the campaign proved nothing
+    /// about them ("vacuous"), and fails.
+    pub vacuous: Vec<String>,
     /// Driver faults injected, by call and fault.
     pub driver_faults: BTreeMap<String, u64>,
     /// Peer messages affected, by fault.
@@ -143,6 +159,9 @@ pub struct Report {
     pub anomalies: Vec<Anomaly>,
     /// Every fault event, in order (`palisade chaos run --timeline`).
     pub timeline: Vec<FaultEvent>,
+    /// The history: every operation (for `--report-dir`; not in `--json`).
+    #[serde(skip)]
+    pub history: Vec<crate::history::Operation>,
     /// Wall-clock duration, seconds.
     pub duration_seconds: f64,
 }
@@ -151,6 +170,16 @@ impl Report {
     /// True when the checks found nothing.
     pub fn is_clean(&self) -> bool {
         self.anomalies.is_empty()
+    }
+
+    /// True when a requested nemesis never fired (see [`Report::vacuous`]).
+    pub fn is_vacuous(&self) -> bool {
+        !self.vacuous.is_empty()
+    }
+
+    /// Faults injected in all.
+    pub fn faults_total(&self) -> u64 {
+        self.faults.values().sum()
     }
 
     /// The fault timeline, one event a line.
@@ -206,7 +235,19 @@ impl std::fmt::Display for Report {
                 outcomes.ok, outcomes.fail, outcomes.unknown
             )?;
         }
-        writeln!(f, "  faults injected: {}", join_counts(&self.faults))?;
+        writeln!(
+            f,
+            "  faults injected: {} ({})",
+            self.faults_total(),
+            join_counts(&self.faults_by_kind)
+        )?;
+        writeln!(f, "    by variant: {}", join_counts(&self.faults))?;
+        writeln!(
+            f,
+            "    by fault point: {}",
+            join_counts(&self.faults_by_point)
+        )?;
+        writeln!(f, "  faults missed: {}", join_counts(&self.faults_missed))?;
         writeln!(f, "  driver faults: {}", join_counts(&self.driver_faults))?;
         writeln!(f, "  peer messages: {}", join_counts(&self.messages))?;
         writeln!(
@@ -235,6 +276,13 @@ impl std::fmt::Display for Report {
             writeln!(f, "  PostgreSQL projection compared with the state")?;
         }
         writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        if self.is_vacuous() {
+            writeln!(
+                f,
+                "  VACUOUS: requested nemesis never fired: {} (the campaign proves nothing about it)",
+                self.vacuous.join(", ")
+            )?;
+        }
         if self.anomalies.is_empty() {
             writeln!(f, "  anomalies: none")?;
         } else {
@@ -298,7 +346,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     };
     cluster.shutdown().await;
     drop(postgres);
-    let (faults, final_applied_index, evidence_parts) = result?;
+    let (outcome, final_applied_index, evidence_parts) = result?;
     let (operations, replays, fault_events, _dropped) = history.snapshot();
     let (effects, _) = host.effects();
     let evidence = Evidence {
@@ -319,7 +367,8 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
         anomalies,
         checks,
         Counters {
-            faults,
+            faults: outcome.injected,
+            missed: outcome.missed,
             driver_faults: host.faults(),
             messages: links
                 .counts()
@@ -347,12 +396,13 @@ pub(crate) struct EndState {
 /// Fault counters for a report.
 pub(crate) struct Counters {
     pub(crate) faults: BTreeMap<String, u64>,
+    pub(crate) missed: BTreeMap<String, u64>,
     pub(crate) driver_faults: BTreeMap<String, u64>,
     pub(crate) messages: BTreeMap<String, u64>,
     pub(crate) points_reached: BTreeMap<String, u64>,
 }
 
-type Driven = (BTreeMap<String, u64>, Option<u64>, EndState);
+type Driven = (NemesisOutcome, Option<u64>, EndState);
 
 async fn drive(
     config: &CampaignConfig,
@@ -369,8 +419,10 @@ async fn drive(
 
     let endpoints = Endpoints::new(&cluster.endpoints())
         .map_err(|error| ChaosError::Config(format!("bad endpoint: {error}")))?;
-    let workload_config =
-        WorkloadConfig::new(config.operations, config.clients, config.names, config.seed);
+    let workload_config = WorkloadConfig {
+        rate: config.rate,
+        ..WorkloadConfig::new(config.operations, config.clients, config.names, config.seed)
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let nemesis = Nemesis {
         cluster: cluster.clone(),
@@ -383,6 +435,7 @@ async fn drive(
         rng: nemesis_rng(config.seed),
         deletes: 0,
         counts: BTreeMap::new(),
+        missed: BTreeMap::new(),
         handoffs: 0,
         endpoints: endpoints.clone(),
         request_prefix: workload_config.request_prefix.clone(),
@@ -575,6 +628,24 @@ pub(crate) fn report(
             }
         }
     }
+    let mut faults_by_kind: BTreeMap<String, u64> = BTreeMap::new();
+    let mut faults_by_point: BTreeMap<String, u64> = BTreeMap::new();
+    for (variant, count) in &counters.faults {
+        let mut parts = variant.split(':');
+        let kind = parts.next().unwrap_or(variant).to_string();
+        if kind == "handoff"
+            && let Some(point) = parts.next()
+        {
+            *faults_by_point.entry(point.to_string()).or_default() += count;
+        }
+        *faults_by_kind.entry(kind).or_default() += count;
+    }
+    let vacuous = config
+        .nemeses
+        .iter()
+        .map(|kind| kind.name().to_string())
+        .filter(|kind| faults_by_kind.get(kind).copied().unwrap_or(0) == 0)
+        .collect();
     Report {
         seed: config.seed,
         mode: mode.to_string(),
@@ -588,6 +659,10 @@ pub(crate) fn report(
         by_call,
         replays: checks.replays_compared,
         faults: counters.faults,
+        faults_by_kind,
+        faults_by_point,
+        faults_missed: counters.missed,
+        vacuous,
         driver_faults: counters.driver_faults,
         messages: counters.messages,
         points_reached: counters.points_reached,
@@ -595,6 +670,7 @@ pub(crate) fn report(
         final_applied_index,
         anomalies,
         timeline: evidence.faults.clone(),
+        history: evidence.operations.clone(),
         duration_seconds: duration.as_secs_f64(),
     }
 }

@@ -13,6 +13,7 @@
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
 //! | the PostgreSQL projection equal to the state (with `--postgres`) | projection rows | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
+//! | a forged peer message carrying a leader-internal command is refused | the `forge` nemesis's answers | `forged-command-accepted` |
 //!
 //! Effects are attributed to requests through what the request named: a
 //! launch of generation 1 to a create whose answer was that sandbox (or
@@ -148,6 +149,7 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
+    forged(evidence, &mut anomalies);
     if let Some(Err(message)) = &evidence.projection {
         anomalies.push(Anomaly {
             kind: "projection-diverged",
@@ -157,6 +159,28 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     stats.projection_checked = evidence.projection.is_some();
     (anomalies, stats)
+}
+
+/// The `forge` nemesis sends the leader leader-internal commands as
+/// forwarded writes; the peer service must refuse every one. Each it
+/// accepted (recorded as a `forge-accepted` fault event) is an anomaly:
+/// a member's message completed, or observed, what the leader's own
+/// executor never did.
+fn forged(evidence: &Evidence, anomalies: &mut Vec<Anomaly>) {
+    for event in evidence
+        .faults
+        .iter()
+        .filter(|event| event.kind == "forge-accepted")
+    {
+        anomalies.push(Anomaly {
+            kind: "forged-command-accepted",
+            message: format!(
+                "{} (a leader-internal command must never be accepted from the wire)",
+                event.detail
+            ),
+            excerpt: vec![format!("{:>9} {}", seconds(event.at_us), event.detail)],
+        });
+    }
 }
 
 fn by_name(operations: &[Operation]) -> BTreeMap<&str, Vec<&Operation>> {

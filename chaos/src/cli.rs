@@ -8,9 +8,15 @@
 //! palisade chaos run --mode process --ops 200            # real `palisade gateway run` processes
 //! ```
 //!
-//! Exit codes: 0 no anomaly; 1 an anomaly was found (each is printed with
-//! the history excerpt that shows it, and the seed); 2 the harness could
-//! not run (bad flags, a replica that would not start).
+//! Exit codes: 0 no anomaly, and every requested nemesis fired; 1 an
+//! anomaly was found (each is printed with the history excerpt that shows
+//! it, and the seed); 2 the harness could not run (bad flags, a replica
+//! that would not start); 3 no anomaly, but a requested nemesis never
+//! fired ("vacuous": the report names it).
+//!
+//! Over several seeds, the last line gives the faults per campaign
+//! (minimum and median), so that a campaign's evidence is weighed by what
+//! it injected.
 
 use std::path::PathBuf;
 
@@ -42,9 +48,16 @@ pub struct RunArgs {
     #[arg(long = "ops", default_value_t = 400)]
     pub operations: usize,
     /// Faults to inject, comma-separated: handoff, kill, pause, partition,
-    /// driver; or `all`, or `none`.
+    /// driver, clock, forge; or `all` (in `--mode process`: the first five),
+    /// or `none`. A requested nemesis that never fires makes the campaign
+    /// fail (exit 3, "vacuous").
     #[arg(long, default_value = "all")]
     pub nemesis: String,
+    /// Pace of the operation stream, operations per second over all
+    /// clients (0: as fast as the cluster answers). Faults are scheduled in
+    /// time, so the pace sets how many a campaign sees.
+    #[arg(long, default_value_t = crate::workload::DEFAULT_RATE)]
+    pub rate: f64,
     /// Concurrent clients.
     #[arg(long, default_value_t = 5)]
     pub clients: usize,
@@ -87,9 +100,14 @@ pub struct RunArgs {
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
     /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack,
-    /// driver-fence-off.
+    /// driver-fence-off, proposer-clock-receipts, accept-forwarded-internal.
     #[arg(long)]
     pub plant: Vec<String>,
+    /// Also write, per campaign, the history, the fault timeline and an
+    /// HTML page (timeline of operations by client and fault bands, latency
+    /// over time) into DIR/seed-S/.
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
 }
 
 /// The drivers a process-mode campaign can run.
@@ -119,9 +137,17 @@ pub fn plant(names: &[String]) -> Result<(), String> {
                 "early-delete-ack" => palisade_gateway::planted::ACK_DELETE_BEFORE_CLEANUP
                     .store(true, Ordering::SeqCst),
                 "driver-fence-off" => crate::host::DRIVER_FENCE_OFF.store(true, Ordering::SeqCst),
+                "proposer-clock-receipts" => {
+                    palisade_lifecycle::planted::RECEIPTS_FROM_PROPOSER_CLOCK
+                        .store(true, Ordering::SeqCst)
+                }
+                "accept-forwarded-internal" => {
+                    palisade_lifecycle::planted::ACCEPT_FORWARDED_INTERNAL
+                        .store(true, Ordering::SeqCst)
+                }
                 other => {
                     return Err(format!(
-                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack or driver-fence-off"
+                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack, driver-fence-off, proposer-clock-receipts or accept-forwarded-internal"
                     ));
                 }
             }
@@ -182,14 +208,25 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
                 .map_or(1, |elapsed| elapsed.as_nanos() as u64 % 1_000_000_000)
         }
     });
-    let nemeses = match NemesisKind::parse_list(&args.nemesis) {
+    let mut nemeses = match NemesisKind::parse_list(&args.nemesis) {
         Ok(nemeses) => nemeses,
         Err(message) => {
             eprintln!("error: --nemesis: {message}");
             return 2;
         }
     };
+    if args.nemesis.trim() == "all" && args.mode == ModeArg::Process {
+        nemeses.retain(|kind| NemesisKind::PROCESS_MODE.contains(kind));
+    }
+    if !args.rate.is_finite() || args.rate < 0.0 {
+        eprintln!("error: --rate must be a number of operations per second, 0 or more");
+        return 2;
+    }
     let mut failing = Vec::new();
+    let mut vacuous = Vec::new();
+    let mut faults_per_campaign = Vec::new();
+    // The fewest faults of each requested kind in one campaign.
+    let mut fewest_of_kind: std::collections::BTreeMap<String, u64> = Default::default();
     let mut totals = (0usize, 0usize, 0usize, 0usize);
     for seed in first..first.saturating_add(args.seeds.max(1)) {
         eprintln!(
@@ -205,6 +242,7 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
             nemeses: nemeses.clone(),
             mode: mode.clone(),
             postgres: args.postgres,
+            rate: args.rate,
         };
         let report: Report = match run_campaign(&config).await {
             Ok(report) => report,
@@ -217,6 +255,23 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         totals.1 += report.operations.fail;
         totals.2 += report.operations.unknown;
         totals.3 += report.anomalies.len();
+        faults_per_campaign.push(report.faults_total());
+        for kind in &report.nemeses {
+            let count = report.faults_by_kind.get(kind).copied().unwrap_or(0);
+            let fewest = fewest_of_kind.entry(kind.clone()).or_insert(count);
+            *fewest = (*fewest).min(count);
+        }
+        if let Some(dir) = &args.report_dir {
+            let dir = dir.join(format!("seed-{seed}"));
+            if let Err(error) = crate::report_dir::write(&report, &dir) {
+                eprintln!(
+                    "error: cannot write the report to {}: {error}",
+                    dir.display()
+                );
+                return 2;
+            }
+            eprintln!("palisade chaos: report written to {}", dir.display());
+        }
         if args.json {
             match serde_json::to_string(&report) {
                 Ok(json) => println!("{json}"),
@@ -234,23 +289,58 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         if !report.is_clean() {
             failing.push(seed);
         }
+        if report.is_vacuous() {
+            eprintln!(
+                "palisade chaos: seed {seed} is vacuous: requested nemesis never fired: {}",
+                report.vacuous.join(", ")
+            );
+            vacuous.push(seed);
+        }
     }
+    faults_per_campaign.sort_unstable();
     if args.seeds > 1 {
         println!(
-            "palisade chaos: {} campaigns (seeds {first}..={}), {} operations each: {} ok, {} fail, {} unknown; {} anomalies{}",
+            "palisade chaos: {} campaigns (seeds {first}..={}), {} operations each: {} ok, {} fail, {} unknown; faults per campaign: min {}, median {}, max {}; {} anomalies{}{}",
             args.seeds,
             first + args.seeds - 1,
             args.operations,
             totals.0,
             totals.1,
             totals.2,
+            faults_per_campaign.first().copied().unwrap_or(0),
+            faults_per_campaign
+                .get(faults_per_campaign.len() / 2)
+                .copied()
+                .unwrap_or(0),
+            faults_per_campaign.last().copied().unwrap_or(0),
             totals.3,
             if failing.is_empty() {
                 String::new()
             } else {
                 format!(" (failing seeds: {failing:?})")
+            },
+            if vacuous.is_empty() {
+                String::new()
+            } else {
+                format!(" (vacuous seeds: {vacuous:?})")
             }
         );
     }
-    if failing.is_empty() { 0 } else { 1 }
+    if args.seeds > 1 {
+        println!(
+            "palisade chaos: fewest faults of each kind in one campaign: {}",
+            fewest_of_kind
+                .iter()
+                .map(|(kind, count)| format!("{kind} {count}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !failing.is_empty() {
+        1
+    } else if !vacuous.is_empty() {
+        3
+    } else {
+        0
+    }
 }

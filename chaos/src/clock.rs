@@ -36,3 +36,31 @@ impl Default for Clock {
 pub fn seconds(us: u64) -> String {
     format!("{}.{:03}s", us / 1_000_000, (us / 1_000) % 1_000)
 }
+
+/// A replica's wall clock under the `clock` nemesis: the system clock plus
+/// an offset the nemesis sets (a skew, or a jump when it changes at once).
+/// Installed in every in-process replica through
+/// [`palisade_gateway::node::NodeHooks::clock`].
+#[derive(Debug, Default)]
+pub struct SkewedClock {
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl SkewedClock {
+    /// Sets the offset (milliseconds, may be negative).
+    pub fn set_offset_ms(&self, offset_ms: i64) {
+        self.offset_ms
+            .store(offset_ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The offset now.
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl palisade_gateway::clock::WallClock for SkewedClock {
+    fn now_ms(&self) -> i64 {
+        palisade_gateway::clock::system_now_ms().saturating_add(self.offset_ms())
+    }
+}

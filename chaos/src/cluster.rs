@@ -83,6 +83,9 @@ impl ClusterConfig {
                 observe_interval: Duration::from_millis(300),
                 retry_backoff: Duration::from_millis(100),
                 driver_call_timeout: Duration::from_millis(1_000),
+                // Ticks often enough that the replicated clock moves (and
+                // receipts expire) within a campaign's seconds.
+                tick_interval: Duration::from_millis(200),
                 ..ExecutorConfig::default()
             },
             timeouts: ReplicaTimeouts {
@@ -119,6 +122,9 @@ struct Slot {
     /// `std` mutex: held to start, stop or look at the replica, never
     /// across an await (a crash takes the `Running` out first).
     running: Mutex<Option<Running>>,
+    /// Its wall clock, which the `clock` nemesis skews (kept across
+    /// restarts, like a host's clock).
+    clock: Arc<crate::clock::SkewedClock>,
 }
 
 /// The in-process cluster. See the module docs.
@@ -158,6 +164,7 @@ impl Cluster {
                 addr,
                 data_dir: root.path().join(format!("replica-{node_id}")),
                 running: Mutex::new(None),
+                clock: Arc::default(),
             });
         }
         let cluster = Cluster {
@@ -229,6 +236,7 @@ impl Cluster {
         let hooks = NodeHooks {
             link_faults: Some(self.link_faults.clone()),
             fault_points: Some(self.fault_points.clone()),
+            clock: Some(slot.clock.clone()),
             on_started: Some(Arc::new(move |running: RunningNode| {
                 *handed_over
                     .lock()
@@ -314,6 +322,16 @@ impl Cluster {
             .take();
         let thread = running.thread;
         let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+
+    /// A replica's address (`host:port`, as the membership holds it).
+    pub fn addr(&self, node_id: NodeId) -> Option<String> {
+        self.slot(node_id).map(|slot| slot.addr.to_string())
+    }
+
+    /// The wall clock of a replica (see [`crate::clock::SkewedClock`]).
+    pub fn clock(&self, node_id: NodeId) -> Option<Arc<crate::clock::SkewedClock>> {
+        self.slot(node_id).map(|slot| slot.clock.clone())
     }
 
     /// Restarts a crashed replica from its directory.

@@ -352,6 +352,13 @@ pub struct FaultEvent {
     pub kind: String,
     /// What exactly.
     pub detail: String,
+    /// True for a fault the nemesis injected (counted in the report); false
+    /// for heals, restarts, missed faults and other notes.
+    #[serde(default)]
+    pub injected: bool,
+    /// When the fault ended (healed), for a fault that lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_us: Option<u64>,
 }
 
 /// The history of one campaign. Shared by the clients and the nemesis; a
@@ -412,17 +419,41 @@ impl History {
         }
     }
 
-    /// Records a fault event now.
+    /// Records an event now (a heal, a restart, a note).
     pub fn fault(&self, kind: impl Into<String>, detail: impl Into<String>) {
+        self.push(kind.into(), detail.into(), false);
+    }
+
+    /// Records an injected fault now; returns its position, for
+    /// [`History::fault_ended`] (`None` once the history is full).
+    pub fn injected(&self, kind: impl Into<String>, detail: impl Into<String>) -> Option<usize> {
+        self.push(kind.into(), detail.into(), true)
+    }
+
+    /// Records that the injected fault at `position` ended now.
+    pub fn fault_ended(&self, position: Option<usize>) {
+        let at_us = self.clock.now_us();
+        if let Some(position) = position
+            && let Some(event) = self.lock().faults.get_mut(position)
+        {
+            event.ended_us.get_or_insert(at_us);
+        }
+    }
+
+    fn push(&self, kind: String, detail: String, injected: bool) -> Option<usize> {
         let at_us = self.clock.now_us();
         let mut inner = self.lock();
-        if inner.faults.len() < FAULT_EVENTS_RECORDED_MAX {
-            inner.faults.push(FaultEvent {
-                at_us,
-                kind: kind.into(),
-                detail: detail.into(),
-            });
+        if inner.faults.len() >= FAULT_EVENTS_RECORDED_MAX {
+            return None;
         }
+        inner.faults.push(FaultEvent {
+            at_us,
+            kind,
+            detail,
+            injected,
+            ended_us: None,
+        });
+        Some(inner.faults.len() - 1)
     }
 
     /// Copies of everything recorded so far.

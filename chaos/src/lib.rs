@@ -38,6 +38,8 @@
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
 //!   equal the state at the end.
 //! - [`process`] and [`proxy`]: the process-level mode.
+//! - [`report_dir`]: `--report-dir`: the history, the fault timeline and
+//!   an HTML page (timeline and latency plot) of a campaign.
 //! - [`cli`]: the flags of `palisade chaos run` and the loop over seeds.
 #![deny(missing_docs)]
 
@@ -56,6 +58,7 @@ pub mod points;
 pub mod process;
 pub mod projection;
 pub mod proxy;
+pub mod report_dir;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};

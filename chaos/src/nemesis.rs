@@ -10,16 +10,34 @@
 //! | `partition` | isolates a replica, splits the cluster, or adds message loss, delay, duplication and lost answers on every link; heals after a while |
 //! | `driver` | makes the shared driver slow, refusing, uncertain (before or after the effect) or hanging, for a while |
 //!
-//! One fault at a time keeps a quorum available most of the time, so the
-//! workload makes progress and the histories have something to say; faults
-//! still overlap with the consequences of the previous one (elections,
-//! catch-up, retried effects).
+//! | `clock` | skews one replica's wall clock (the clock its requests and ticks are stamped with) far behind or ahead — more than the receipt retention — or by a few seconds, jumping at once, and sets it right after a while |
+//! | `forge` | sends the leader a forged peer message: a leader-internal command (the completion of an operation in flight, an observation that a running execution was lost, a tick) as a `ForwardWrite` claiming to come from a member; the leader must refuse it (PERMISSION_DENIED), and an accepted one is recorded as `forge-accepted` |
+//!
+//! # Density: faults in time, on lanes
+//!
+//! Faults are scheduled in time for the whole campaign — a fault, a heal,
+//! a short quiet, the next fault — on independent *lanes*, each with its
+//! own RNG drawn from the seed: the **cluster lane** (`handoff`, `kill`,
+//! `pause`, `partition`) injects one fault at a time, in shuffled rounds
+//! of its kinds, which keeps a quorum available most of the time so the
+//! workload makes progress; the `driver`, `clock` and `forge` lanes run
+//! beside it, since none of them takes a replica away. Faults still
+//! overlap with the consequences of the previous one (elections, catch-up,
+//! retried effects). The workload is paced ([`crate::workload`]) so that a
+//! campaign lasts long enough to see several faults of every kind.
+//!
+//! A fault counts as injected only when it took place: an armed fault
+//! point that no replica reached in time, or a fault that has nothing to
+//! act on (a partition of a single replica), is recorded as *missed*, not
+//! injected. A requested kind that never fired makes the campaign
+//! *vacuous* ([`crate::campaign::Report::vacuous`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver as _;
 use palisade_driver::fault::{FaultPlan, FaultRule};
 use palisade_raft::NodeId;
 use palisade_raft::hooks::FaultPoint;
@@ -54,17 +72,42 @@ pub enum NemesisKind {
     Partition,
     /// Slow, failing, uncertain and hanging driver calls.
     Driver,
+    /// A replica's wall clock skewed or jumped.
+    Clock,
+    /// Forged peer messages: leader-internal commands forwarded to the
+    /// leader.
+    Forge,
 }
 
 impl NemesisKind {
     /// Every kind.
-    pub const ALL: [NemesisKind; 5] = [
+    pub const ALL: [NemesisKind; 7] = [
+        NemesisKind::Handoff,
+        NemesisKind::Kill,
+        NemesisKind::Pause,
+        NemesisKind::Partition,
+        NemesisKind::Driver,
+        NemesisKind::Clock,
+        NemesisKind::Forge,
+    ];
+
+    /// The kinds the process mode can inject (`clock` and `forge` reach
+    /// into a replica: in-process only).
+    pub const PROCESS_MODE: [NemesisKind; 5] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
         NemesisKind::Pause,
         NemesisKind::Partition,
         NemesisKind::Driver,
     ];
+
+    /// True for the kinds of the cluster lane (one fault at a time).
+    pub fn is_cluster_lane(self) -> bool {
+        matches!(
+            self,
+            NemesisKind::Handoff | NemesisKind::Kill | NemesisKind::Pause | NemesisKind::Partition
+        )
+    }
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -74,6 +117,8 @@ impl NemesisKind {
             NemesisKind::Pause => "pause",
             NemesisKind::Partition => "partition",
             NemesisKind::Driver => "driver",
+            NemesisKind::Clock => "clock",
+            NemesisKind::Forge => "forge",
         }
     }
 
@@ -106,7 +151,7 @@ impl FromStr for NemesisKind {
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver (or all)"
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge (or all)"
                 )
             })
     }
@@ -134,6 +179,9 @@ pub struct Nemesis {
     pub deletes: u64,
     /// Faults injected, by kind.
     pub counts: BTreeMap<String, u64>,
+    /// Faults attempted that did not take place (an armed point no replica
+    /// reached, a transfer that did not move), by kind.
+    pub missed: BTreeMap<String, u64>,
     /// Handoffs so far.
     pub handoffs: u64,
     /// The replicas' public endpoints, for the nemesis's own requests.
@@ -147,9 +195,17 @@ impl Nemesis {
         Duration::from_millis(self.rng.random_range(low..=high))
     }
 
-    fn count(&mut self, kind: String, detail: String) {
-        self.history.fault(kind.clone(), detail);
-        *self.counts.entry(kind).or_default() += 1;
+    /// Records an injected fault; returns its position in the history
+    /// (see [`History::fault_ended`]).
+    fn count(&mut self, kind: String, detail: String) -> Option<usize> {
+        *self.counts.entry(kind.clone()).or_default() += 1;
+        self.history.injected(kind, detail)
+    }
+
+    /// Records a fault that did not take place (not counted as injected).
+    fn miss(&mut self, kind: String, detail: String) {
+        self.history.fault(format!("missed:{kind}"), detail);
+        *self.missed.entry(kind).or_default() += 1;
     }
 
     /// A victim: the leader with probability 0.6, else any replica.
@@ -173,63 +229,106 @@ impl Nemesis {
     }
 
     /// Injects faults until `stop` turns true, then heals everything.
-    /// Returns how many faults of each kind were injected.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> BTreeMap<String, u64> {
-        // Rounds: every enabled kind once per round (handoff twice: it has
-        // the most variants), in a shuffled order, so that even a short
+    /// Returns how many faults of each kind were injected, and missed.
+    pub async fn run(mut self, stop: watch::Receiver<bool>) -> NemesisOutcome {
+        // The side lanes first, each with its own RNG drawn from this one,
+        // so that the schedule stays a function of the seed.
+        let mut lanes = tokio::task::JoinSet::new();
+        for kind in self.kinds.clone() {
+            if kind.is_cluster_lane() {
+                continue;
+            }
+            let lane = Lane {
+                cluster: self.cluster.clone(),
+                host: self.host.clone(),
+                history: self.history.clone(),
+                rng: StdRng::seed_from_u64(self.rng.random()),
+                counts: BTreeMap::new(),
+                missed: BTreeMap::new(),
+            };
+            lanes.spawn(lane.run(kind, stop.clone()));
+        }
+        let cluster_kinds: Vec<NemesisKind> = self
+            .kinds
+            .iter()
+            .copied()
+            .filter(|kind| kind.is_cluster_lane())
+            .collect();
+        self.cluster_lane(cluster_kinds, stop).await;
+        while let Some(joined) = lanes.join_next().await {
+            if let Ok((counts, missed)) = joined {
+                for (kind, count) in counts {
+                    *self.counts.entry(kind).or_default() += count;
+                }
+                for (kind, count) in missed {
+                    *self.missed.entry(kind).or_default() += count;
+                }
+            }
+        }
+        self.heal().await;
+        NemesisOutcome {
+            injected: self.counts,
+            missed: self.missed,
+        }
+    }
+
+    /// The cluster lane: one fault at a time until `stop`.
+    async fn cluster_lane(&mut self, kinds: Vec<NemesisKind>, mut stop: watch::Receiver<bool>) {
+        // Rounds: every kind of the lane once per round (handoff twice: it
+        // has the most variants), in a shuffled order, so that even a short
         // campaign sees each kind of fault; the first round begins with a
         // handoff (and the first handoff is a stall before a launch's
         // effect), the fault this harness exists for.
         let mut round: Vec<NemesisKind> = Vec::new();
         let mut first_round = true;
-        if !self.kinds.is_empty() {
-            loop {
-                let quiet = self.ms(100, 600);
-                tokio::select! {
-                    _ = tokio::time::sleep(quiet) => {}
-                    _ = stop.wait_for(|stopped| *stopped) => break,
+        if kinds.is_empty() {
+            return;
+        }
+        loop {
+            let quiet = self.ms(QUIET_MS.0, QUIET_MS.1);
+            tokio::select! {
+                _ = tokio::time::sleep(quiet) => {}
+                _ = stop.wait_for(|stopped| *stopped) => break,
+            }
+            if *stop.borrow() {
+                break;
+            }
+            if round.is_empty() {
+                round = kinds.clone();
+                if kinds.contains(&NemesisKind::Handoff) {
+                    round.push(NemesisKind::Handoff);
                 }
-                if *stop.borrow() {
-                    break;
+                rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut self.rng);
+                if first_round
+                    && let Some(at) = round.iter().position(|k| *k == NemesisKind::Handoff)
+                {
+                    // `pop` takes from the end.
+                    let last = round.len() - 1;
+                    round.swap(at, last);
                 }
-                if round.is_empty() {
-                    round = self.kinds.clone();
-                    if self.kinds.contains(&NemesisKind::Handoff) {
-                        round.push(NemesisKind::Handoff);
-                    }
-                    rand::seq::SliceRandom::shuffle(round.as_mut_slice(), &mut self.rng);
-                    if first_round
-                        && let Some(at) = round.iter().position(|k| *k == NemesisKind::Handoff)
-                    {
-                        // `pop` takes from the end.
-                        let last = round.len() - 1;
-                        round.swap(at, last);
-                    }
-                    first_round = false;
-                }
-                let Some(kind) = round.pop() else {
-                    break;
-                };
-                match kind {
-                    NemesisKind::Handoff => self.handoff().await,
-                    NemesisKind::Kill => self.kill().await,
-                    NemesisKind::Pause => self.pause().await,
-                    NemesisKind::Partition => self.partition().await,
-                    NemesisKind::Driver => self.driver_faults().await,
-                }
+                first_round = false;
+            }
+            let Some(kind) = round.pop() else {
+                break;
+            };
+            match kind {
+                NemesisKind::Handoff => self.handoff(&mut stop).await,
+                NemesisKind::Kill => self.kill().await,
+                NemesisKind::Pause => self.pause().await,
+                NemesisKind::Partition => self.partition().await,
+                NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
             }
         }
-        self.heal().await;
-        self.counts
     }
 
     async fn kill(&mut self) {
         let victim = self.victim();
         self.cluster.crash(victim).await;
-        self.count("kill".into(), format!("crash node {victim}"));
-        let down = self.ms(200, 1_500);
+        let fault = self.count("kill".into(), format!("crash node {victim}"));
+        let down = self.ms(150, 800);
         tokio::time::sleep(down).await;
         self.restart(victim);
+        self.history.fault_ended(fault);
     }
 
     fn restart(&mut self, node: NodeId) {
@@ -246,23 +345,37 @@ impl Nemesis {
     async fn pause(&mut self) {
         let victim = self.victim();
         self.cluster.pause(victim);
-        self.count("pause".into(), format!("pause node {victim}"));
-        let paused = self.ms(300, 2_000);
+        let fault = self.count("pause".into(), format!("pause node {victim}"));
+        let paused = self.ms(150, 900);
         tokio::time::sleep(paused).await;
         self.cluster.resume(victim);
+        self.history.fault_ended(fault);
         self.history
             .fault("resume", format!("resume node {victim}"));
     }
 
     async fn partition(&mut self) {
         let nodes = self.cluster.node_ids();
+        if nodes.len() < 2 {
+            self.miss(
+                "partition".into(),
+                "a single replica has no link to cut".into(),
+            );
+            // Keep the lane's pace: nothing else happens in this slot.
+            let idle = self.ms(300, 1_200);
+            tokio::time::sleep(idle).await;
+            return;
+        }
         let shape = self.rng.random_range(0..3u8);
-        let detail = match shape {
+        let (fault, detail) = match shape {
             0 => {
                 let victim = self.victim();
                 self.links.isolate(victim, &nodes);
-                self.count("partition:isolate".into(), format!("isolate node {victim}"));
-                format!("isolate node {victim}")
+                let detail = format!("isolate node {victim}");
+                (
+                    self.count("partition:isolate".into(), detail.clone()),
+                    detail,
+                )
             }
             1 => {
                 let mut shuffled = nodes.clone();
@@ -281,8 +394,7 @@ impl Nemesis {
                 ];
                 self.links.partition(&sides);
                 let detail = format!("split {:?} | {:?}", sides[0], sides[1]);
-                self.count("partition:split".into(), detail.clone());
-                detail
+                (self.count("partition:split".into(), detail.clone()), detail)
             }
             _ => {
                 let noise = Noise {
@@ -293,65 +405,15 @@ impl Nemesis {
                 };
                 self.links.set_noise(noise);
                 let detail = format!("noise {noise:?}");
-                self.count("partition:noise".into(), detail.clone());
-                detail
+                (self.count("partition:noise".into(), detail.clone()), detail)
             }
         };
-        let held = self.ms(500, 2_500);
+        let held = self.ms(300, 1_200);
         tokio::time::sleep(held).await;
         self.links.heal();
         self.history
             .fault("heal-links", format!("heal after {detail}"));
-    }
-
-    async fn driver_faults(&mut self) {
-        let profile = self.rng.random_range(0..5u8);
-        let latency_ms = self.rng.random_range(0..150);
-        let rule = match profile {
-            0 => FaultRule {
-                latency_ms: self.rng.random_range(50..400),
-                ..FaultRule::default()
-            },
-            1 => FaultRule {
-                latency_ms,
-                reject_rate: 0.25,
-                ..FaultRule::default()
-            },
-            2 => FaultRule {
-                latency_ms,
-                uncertain_before_rate: 0.2,
-                uncertain_after_rate: 0.25,
-                ..FaultRule::default()
-            },
-            3 => FaultRule {
-                latency_ms,
-                hang_rate: 0.15,
-                ..FaultRule::default()
-            },
-            _ => FaultRule {
-                latency_ms,
-                reject_rate: 0.1,
-                uncertain_before_rate: 0.1,
-                uncertain_after_rate: 0.1,
-                hang_rate: 0.05,
-                ..FaultRule::default()
-            },
-        };
-        let plan = FaultPlan {
-            seed: self.rng.random(),
-            launch: rule.clone(),
-            inspect: rule.clone(),
-            stop: rule.clone(),
-            remove: rule,
-        };
-        self.host.set_plan(plan);
-        let names = ["latency", "reject", "uncertain", "hang", "mixed"];
-        let name = names[usize::from(profile).min(names.len() - 1)];
-        self.count(format!("driver:{name}"), format!("driver profile {name}"));
-        let held = self.ms(800, 3_000);
-        tokio::time::sleep(held).await;
-        self.host.set_plan(FaultPlan::default());
-        self.history.fault("driver-healed", "driver faults cleared");
+        self.history.fault_ended(fault);
     }
 
     /// The next handoff: every other one targets a launch (old-term
@@ -395,7 +457,7 @@ impl Nemesis {
         (kind, action, None)
     }
 
-    async fn handoff(&mut self) {
+    async fn handoff(&mut self, stop: &mut watch::Receiver<bool>) {
         let (kind, action, operations) = self.next_handoff();
         let mut snapshot_follower = None;
         if kind == PointKind::SnapshotInstall {
@@ -423,11 +485,15 @@ impl Nemesis {
         if let Some(follower) = snapshot_follower {
             self.restart(follower);
         }
-        let fired = tokio::time::timeout(TRIGGER_WAIT_MAX, self.fired.recv()).await;
-        let Ok(Some(fired)) = fired else {
+        // The workload may end meanwhile: then nothing reaches the point.
+        let fired = tokio::select! {
+            fired = tokio::time::timeout(TRIGGER_WAIT_MAX, self.fired.recv()) => fired.ok().flatten(),
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        let Some(fired) = fired else {
             self.disarm();
-            self.count(
-                format!("handoff:{}:not-reached", kind.name()),
+            self.miss(
+                format!("handoff:{}", kind.name()),
                 "no replica reached the point in time".into(),
             );
             return;
@@ -454,12 +520,14 @@ impl Nemesis {
                     Some(to) => self.cluster.transfer_leader(from, to).await,
                     None => false,
                 };
-                self.count(
-                    label,
-                    format!(
-                        "{point:?} at node {node}: transfer from {from} to {to:?} (moved: {moved})"
-                    ),
+                let detail = format!(
+                    "{point:?} at node {node}: transfer from {from} to {to:?} (moved: {moved})"
                 );
+                if moved {
+                    self.count(label, detail);
+                } else {
+                    self.miss(label, detail);
+                }
                 let _ = done.send(());
             }
             PointAction::PingPong { wait_max } => {
@@ -484,16 +552,22 @@ impl Nemesis {
                     }
                     _ => false,
                 };
-                self.count(
-                    label,
-                    format!(
-                        "{point:?} at node {node}: leadership away to {away:?} (moved: {moved}), sandbox gone: {gone}, back to {node}: {back}"
-                    ),
+                let detail = format!(
+                    "{point:?} at node {node}: leadership away to {away:?} (moved: {moved}), sandbox gone: {gone}, back to {node}: {back}"
                 );
+                if moved {
+                    self.count(label, detail);
+                } else {
+                    self.miss(label, detail);
+                }
                 let _ = done.send(());
             }
             PointAction::Stall { wait_max } => {
                 self.cluster.pause(node);
+                let fault = self.count(
+                    label,
+                    format!("{point:?} at node {node}: frozen after its leadership check"),
+                );
                 let others_lead = self.cluster.wait_for_leader(wait_max).await.is_ok();
                 let gone = match &point {
                     FaultPoint::BeforeEffect { sandbox_id, .. } if others_lead => {
@@ -505,12 +579,13 @@ impl Nemesis {
                 // is already woken when the thread is released.
                 let _ = done.send(());
                 self.cluster.resume(node);
-                self.count(
-                    label,
+                self.history.fault(
+                    "thaw",
                     format!(
-                        "{point:?} at node {node}: frozen, another leader: {others_lead}, sandbox gone: {gone}, then thawed"
+                        "node {node}: another leader meanwhile: {others_lead}, sandbox gone: {gone}; the held effect goes on"
                     ),
                 );
+                self.history.fault_ended(fault);
             }
             PointAction::Crash => {
                 let victim = match &point {
@@ -524,13 +599,14 @@ impl Nemesis {
                 };
                 self.cluster.crash(victim).await;
                 drop(done);
-                self.count(
+                let fault = self.count(
                     label,
                     format!("{point:?} at node {node}: crash node {victim}"),
                 );
-                let down = self.ms(200, 1_200);
+                let down = self.ms(150, 800);
                 tokio::time::sleep(down).await;
                 self.restart(victim);
+                self.history.fault_ended(fault);
             }
         }
     }
@@ -639,6 +715,302 @@ impl Nemesis {
         let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
     }
 }
+
+/// How long the cluster lane stays quiet between two faults, ms (low, high).
+pub const QUIET_MS: (u64, u64) = (200, 700);
+
+/// What the nemesis did: faults injected and missed, by kind
+/// (`handoff:before-effect:stall`, `kill`, `clock:behind`, ...).
+#[derive(Debug, Clone, Default)]
+pub struct NemesisOutcome {
+    /// Faults that took place.
+    pub injected: BTreeMap<String, u64>,
+    /// Faults attempted that did not take place.
+    pub missed: BTreeMap<String, u64>,
+}
+
+/// A side lane (`driver`, `clock`, `forge`): faults that take no replica
+/// away, injected beside the cluster lane's. See the module docs.
+struct Lane {
+    cluster: Arc<Cluster>,
+    host: Arc<SharedHost>,
+    history: Arc<History>,
+    rng: StdRng,
+    counts: BTreeMap<String, u64>,
+    missed: BTreeMap<String, u64>,
+}
+
+/// A skew far past the receipt retention (at least a day): hours, (low, high).
+pub const FAR_SKEW_HOURS: (i64, i64) = (30, 96);
+
+impl Lane {
+    fn ms(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(low..=high))
+    }
+
+    /// Records an injected fault; returns its position in the history
+    /// (see [`History::fault_ended`]).
+    fn count(&mut self, kind: String, detail: String) -> Option<usize> {
+        *self.counts.entry(kind.clone()).or_default() += 1;
+        self.history.injected(kind, detail)
+    }
+
+    fn miss(&mut self, kind: String, detail: String) {
+        self.history.fault(format!("missed:{kind}"), detail);
+        *self.missed.entry(kind).or_default() += 1;
+    }
+
+    /// Faults of `kind` until `stop`; then its own heal.
+    async fn run(
+        mut self,
+        kind: NemesisKind,
+        mut stop: watch::Receiver<bool>,
+    ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        loop {
+            // Driver faults slow every operation they touch (a hung call
+            // waits for its timeout), and a slower workload lasts longer
+            // under faults scheduled in time: the driver lane stays quiet
+            // more than half of the time. A few forged messages make the
+            // point; more would only swell the count.
+            let quiet = match kind {
+                NemesisKind::Driver => self.ms(600, 1_800),
+                NemesisKind::Forge => self.ms(1_500, 4_000),
+                _ => self.ms(300, 1_000),
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(quiet) => {}
+                _ = stop.wait_for(|stopped| *stopped) => break,
+            }
+            if *stop.borrow() {
+                break;
+            }
+            match kind {
+                NemesisKind::Driver => self.driver().await,
+                NemesisKind::Clock => self.clock().await,
+                NemesisKind::Forge => self.forge().await,
+                _ => break,
+            }
+        }
+        (self.counts, self.missed)
+    }
+
+    async fn driver(&mut self) {
+        let profile = self.rng.random_range(0..5u8);
+        let latency_ms = self.rng.random_range(0..150);
+        let rule = match profile {
+            0 => FaultRule {
+                latency_ms: self.rng.random_range(50..400),
+                ..FaultRule::default()
+            },
+            1 => FaultRule {
+                latency_ms,
+                reject_rate: 0.25,
+                ..FaultRule::default()
+            },
+            2 => FaultRule {
+                latency_ms,
+                uncertain_before_rate: 0.2,
+                uncertain_after_rate: 0.25,
+                ..FaultRule::default()
+            },
+            3 => FaultRule {
+                latency_ms,
+                hang_rate: 0.15,
+                ..FaultRule::default()
+            },
+            _ => FaultRule {
+                latency_ms,
+                reject_rate: 0.1,
+                uncertain_before_rate: 0.1,
+                uncertain_after_rate: 0.1,
+                hang_rate: 0.05,
+                ..FaultRule::default()
+            },
+        };
+        let plan = FaultPlan {
+            seed: self.rng.random(),
+            launch: rule.clone(),
+            inspect: rule.clone(),
+            stop: rule.clone(),
+            remove: rule,
+        };
+        self.host.set_plan(plan);
+        let names = ["latency", "reject", "uncertain", "hang", "mixed"];
+        let name = names[usize::from(profile).min(names.len() - 1)];
+        let fault = self.count(format!("driver:{name}"), format!("driver profile {name}"));
+        let held = self.ms(200, 800);
+        tokio::time::sleep(held).await;
+        self.host.set_plan(FaultPlan::default());
+        self.history.fault("driver-healed", "driver faults cleared");
+        self.history.fault_ended(fault);
+    }
+
+    /// Skews one replica's clock: far behind or ahead (past the receipt
+    /// retention), or a few seconds either way; then sets it right. Every
+    /// change is a jump, as when NTP steps a clock.
+    async fn clock(&mut self) {
+        let nodes = self.cluster.node_ids();
+        let Some(&node) = nodes.choose(&mut self.rng) else {
+            return;
+        };
+        let Some(clock) = self.cluster.clock(node) else {
+            return;
+        };
+        const HOUR_MS: i64 = 3_600_000;
+        let (name, offset_ms) = match self.rng.random_range(0..4u8) {
+            0 | 1 => (
+                "behind",
+                -self.rng.random_range(FAR_SKEW_HOURS.0..=FAR_SKEW_HOURS.1) * HOUR_MS,
+            ),
+            2 => (
+                "ahead",
+                self.rng.random_range(FAR_SKEW_HOURS.0..=FAR_SKEW_HOURS.1) * HOUR_MS,
+            ),
+            _ => ("jitter", self.rng.random_range(-5_000..=5_000)),
+        };
+        clock.set_offset_ms(offset_ms);
+        let fault = self.count(
+            format!("clock:{name}"),
+            format!("node {node} clock {offset_ms:+} ms"),
+        );
+        let held = self.ms(300, 1_500);
+        tokio::time::sleep(held).await;
+        clock.set_offset_ms(0);
+        self.history
+            .fault("clock-reset", format!("node {node} clock set right"));
+        self.history.fault_ended(fault);
+    }
+
+    /// Forges a peer message to the leader: a leader-internal command,
+    /// forwarded as if a member's client had written it. The leader must
+    /// refuse it; one it accepts is recorded as `forge-accepted`, which the
+    /// checker reports.
+    async fn forge(&mut self) {
+        let Some(leader) = self.cluster.leader() else {
+            self.miss("forge".into(), "no leader to forge to".into());
+            return;
+        };
+        let Some(node) = self.cluster.node(leader) else {
+            self.miss("forge".into(), "the leader is not serving".into());
+            return;
+        };
+        let (Some(addr), Some(claimed)) = (self.cluster.addr(leader), self.other_member(leader))
+        else {
+            self.miss("forge".into(), "no member to impersonate".into());
+            return;
+        };
+        let term = node.replica.raft.metrics().borrow_watched().current_term;
+        let command = node
+            .replica
+            .state
+            .read(|applied| forged_command(&applied.state, term, &mut self.rng));
+        let name = command.name();
+        let peers = palisade_raft::PeerClients::new(claimed);
+        let sent = tokio::time::timeout(
+            FORGE_TIMEOUT,
+            peers.forward_write(leader, &addr, command, FORGE_TIMEOUT),
+        )
+        .await;
+        let (kind, verdict) = match sent {
+            Ok(Ok(written)) => (
+                "forge-accepted",
+                format!("ACCEPTED at index {}", written.log_id.index),
+            ),
+            Ok(Err(palisade_raft::ForwardError::Refused { code, .. })) => {
+                ("forge", format!("refused ({code:?})"))
+            }
+            Ok(Err(error)) => ("forge", format!("not decided: {error}")),
+            Err(_) => ("forge", "no answer in time".to_string()),
+        };
+        self.count(
+            "forge".into(),
+            format!("forged {name} to leader {leader} as node {claimed}: {verdict}"),
+        );
+        if kind == "forge-accepted" {
+            self.history.fault(
+                kind,
+                format!("leader {leader} accepted a forwarded {name} from node {claimed}"),
+            );
+        }
+    }
+
+    fn other_member(&mut self, leader: NodeId) -> Option<NodeId> {
+        let others: Vec<NodeId> = self
+            .cluster
+            .node_ids()
+            .into_iter()
+            .filter(|node| *node != leader)
+            .collect();
+        others.choose(&mut self.rng).copied()
+    }
+}
+
+/// How long a forged message may take.
+pub const FORGE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most damaging leader-internal command to forge against `state`:
+/// the completion of an operation in flight (bound to it, as the leader's
+/// executor would, but before any effect), else the loss of a running
+/// execution, else a tick.
+fn forged_command(
+    state: &palisade_lifecycle::State,
+    term: u64,
+    rng: &mut StdRng,
+) -> palisade_lifecycle::Command {
+    use palisade_lifecycle::{Command, CompletionOf, LaunchResult, OperationKind};
+    let in_flight: Vec<&palisade_lifecycle::Sandbox> = state
+        .sandboxes
+        .values()
+        .filter(|sandbox| sandbox.operation.is_some())
+        .collect();
+    if let Some(sandbox) = in_flight.choose(rng) {
+        let (operation, generation) = sandbox
+            .operation
+            .as_ref()
+            .map_or((None, sandbox.execution.generation), |operation| {
+                (Some(operation.kind), operation.generation)
+            });
+        let of = CompletionOf::pending(sandbox, term);
+        let sandbox_id = sandbox.id.clone();
+        return match operation {
+            Some(OperationKind::Delete) => Command::CompleteDelete { sandbox_id, of },
+            Some(OperationKind::Stop) => Command::CompleteStop {
+                sandbox_id,
+                of,
+                generation,
+                exit_code: Some(0),
+            },
+            _ => Command::CompleteLaunch {
+                sandbox_id,
+                of,
+                generation,
+                result: LaunchResult::Running {
+                    handle: "forged".into(),
+                    driver: "forged".into(),
+                },
+            },
+        };
+    }
+    let running: Vec<&palisade_lifecycle::Sandbox> = state
+        .sandboxes
+        .values()
+        .filter(|sandbox| sandbox.phase == palisade_lifecycle::SandboxPhase::Ready)
+        .collect();
+    if let Some(sandbox) = running.choose(rng) {
+        return Command::ObserveLost {
+            sandbox_id: sandbox.id.clone(),
+            of: CompletionOf::observed(sandbox, term),
+            generation: sandbox.execution.generation,
+        };
+    }
+    Command::Tick {
+        now_ms: state.clock_ms.saturating_add(TICK_FORGED_AHEAD_MS),
+        receipt_retention_ms: 0,
+    }
+}
+
+/// How far ahead of the replicated clock a forged tick claims to be.
+pub const TICK_FORGED_AHEAD_MS: i64 = 3_600_000;
 
 /// A nemesis RNG for `seed`, independent of the workload's.
 pub fn nemesis_rng(seed: u64) -> StdRng {

@@ -389,7 +389,7 @@ async fn nemesis(
                     &mut counts,
                 );
             }
-            Some(NemesisKind::Driver) | None => {}
+            Some(NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge) | None => {}
         }
     }
     counts
@@ -458,6 +458,16 @@ pub async fn run_campaign(
         return Err(ChaosError::Process(format!(
             "{} does not exist; build it with cargo build -p palisade-cli",
             palisade.display()
+        )));
+    }
+    if let Some(kind) = config
+        .nemeses
+        .iter()
+        .find(|kind| !NemesisKind::PROCESS_MODE.contains(kind))
+    {
+        return Err(ChaosError::Config(format!(
+            "the nemesis {} runs in process only (--mode in-process)",
+            kind.name()
         )));
     }
     let started = Instant::now();
@@ -549,6 +559,7 @@ pub async fn run_campaign(
         checks,
         Counters {
             faults,
+            missed: BTreeMap::new(),
             driver_faults: BTreeMap::new(),
             messages: BTreeMap::from([
                 ("connections-refused".to_string(), refused),
@@ -576,8 +587,10 @@ async fn drive(
     wait_for_leader(processes, FIRST_LEADER_WAIT_MAX).await?;
     let endpoints = Endpoints::new(&processes.endpoints())
         .map_err(|error| ChaosError::Config(format!("bad endpoint: {error}")))?;
-    let workload_config =
-        WorkloadConfig::new(config.operations, config.clients, config.names, config.seed);
+    let workload_config = WorkloadConfig {
+        rate: config.rate,
+        ..WorkloadConfig::new(config.operations, config.clients, config.names, config.seed)
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let nemesis = tokio::spawn(nemesis(
         processes.clone(),

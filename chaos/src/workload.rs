@@ -67,7 +67,18 @@ pub struct WorkloadConfig {
     pub stale_probability: f64,
     /// Prefix of request ids (unique per campaign).
     pub request_prefix: String,
+    /// Pace of the operation stream, operations per second over all
+    /// clients (0: as fast as the cluster answers). Operation k is not
+    /// issued before k / rate seconds into the workload, so that a campaign
+    /// lasts long enough for the nemesis's faults in time; a client held up
+    /// by a fault catches up afterwards.
+    pub rate: f64,
 }
+
+/// The default pace of the operation stream, operations per second
+/// (`palisade chaos run --rate`): 300 operations take about 7.5 s, long
+/// enough for a dozen faults or more.
+pub const DEFAULT_RATE: f64 = 40.0;
 
 impl WorkloadConfig {
     /// Defaults for `operations` operations.
@@ -81,6 +92,7 @@ impl WorkloadConfig {
             replay_probability: 0.08,
             stale_probability: 0.25,
             request_prefix: format!("chaos-{seed}"),
+            rate: DEFAULT_RATE,
         }
     }
 
@@ -344,6 +356,7 @@ struct Shared {
     next_operation: AtomicUsize,
     names: Vec<String>,
     replays: AtomicUsize,
+    started: tokio::time::Instant,
 }
 
 impl Shared {
@@ -381,6 +394,7 @@ pub async fn run(
         knowledge: Mutex::new(HashMap::new()),
         next_operation: AtomicUsize::new(0),
         replays: AtomicUsize::new(0),
+        started: tokio::time::Instant::now(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for client in 0..shared.config.clients {
@@ -452,6 +466,10 @@ async fn client_loop(shared: Arc<Shared>, client: ClientId, mut rng: StdRng) {
         let claimed = shared.next_operation.fetch_add(1, Ordering::Relaxed);
         if claimed >= shared.config.operations {
             return;
+        }
+        if shared.config.rate > 0.0 {
+            let due = Duration::from_secs_f64(claimed as f64 / shared.config.rate);
+            tokio::time::sleep_until(shared.started + due).await;
         }
         if !replayable.is_empty() && rng.random_bool(shared.config.replay_probability) {
             let at = rng.random_range(0..replayable.len());

@@ -119,6 +119,8 @@ pub struct Executor {
     /// `Begin*` entry committed, right before the driver call and after the
     /// effect (before `Complete*` is proposed). Unset in production.
     fault_points: OnceLock<Arc<dyn FaultPoints>>,
+    /// The wall clock ticks read (unset: the system clock).
+    clock: OnceLock<Arc<dyn crate::clock::WallClock>>,
     /// Effect latency and driver errors (`--metrics-listen`); set once.
     metrics: OnceLock<Arc<palisade_metrics::Metrics>>,
     /// Sandboxes with an effect task alive, whatever term started it: one
@@ -190,6 +192,7 @@ impl Executor {
             config,
             running: Mutex::new(None),
             fault_points: OnceLock::new(),
+            clock: OnceLock::new(),
             metrics: OnceLock::new(),
             in_flight: Arc::default(),
             reconciler: Mutex::default(),
@@ -201,6 +204,12 @@ impl Executor {
     /// [`Executor::lead`]. A second call is ignored.
     pub fn set_fault_points(&self, fault_points: Arc<dyn FaultPoints>) {
         let _ = self.fault_points.set(fault_points);
+    }
+
+    /// Installs the wall clock the leader's ticks read (default: the
+    /// system clock; the chaos harness skews it). A second call is ignored.
+    pub fn set_clock(&self, clock: Arc<dyn crate::clock::WallClock>) {
+        let _ = self.clock.set(clock);
     }
 
     /// Records effect latency and driver errors into `metrics`. A second
@@ -583,9 +592,10 @@ impl Executor {
     /// Proposes this leader's wall clock; apply moves the replicated clock
     /// towards it by a bounded step (`TICK_STEP_MS_MAX`), never back.
     async fn propose_tick(&self, term: u64) {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis() as i64);
+        let now_ms = self
+            .clock
+            .get()
+            .map_or_else(crate::clock::system_now_ms, |clock| clock.now_ms());
         let command = Command::Tick {
             now_ms,
             receipt_retention_ms: self.config.receipt_retention.as_millis() as i64,

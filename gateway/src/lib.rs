@@ -83,12 +83,15 @@
 //!   watcher, gauges read at scrape time) for `--metrics-listen`.
 //! - [`status_page`]: the HTML status page served on `/` of
 //!   `--metrics-listen`.
+//! - [`clock`]: the replica's wall clock, an injectable source (the chaos
+//!   harness skews it per replica).
 //! - [`planted`]: TEST-ONLY planted bugs for the chaos harness, compiled
 //!   in only with the `planted-bugs` feature (off by default).
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod auth;
+pub mod clock;
 pub mod convert;
 pub mod edge;
 pub mod errors;

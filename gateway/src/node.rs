@@ -390,6 +390,9 @@ pub struct NodeHooks {
     pub fault_points: Option<Arc<dyn FaultPoints>>,
     /// Called once, with the replica's handles, just before it serves.
     pub on_started: Option<Arc<dyn Fn(RunningNode) + Send + Sync>>,
+    /// The replica's wall clock (`None`: the system clock); the chaos
+    /// harness skews it ([`crate::clock`]).
+    pub clock: Option<Arc<dyn crate::clock::WallClock>>,
 }
 
 /// A running replica's handles, for tests and the chaos harness.
@@ -545,6 +548,11 @@ pub async fn run_with_listeners(
     if let Some(fault_points) = &hooks.fault_points {
         executor.set_fault_points(fault_points.clone());
     }
+    let clock: Arc<dyn crate::clock::WallClock> = hooks
+        .clock
+        .clone()
+        .unwrap_or_else(|| Arc::new(crate::clock::SystemClock));
+    executor.set_clock(clock.clone());
     executor.set_metrics(metrics.clone());
     let leader_history = crate::observe::LeaderHistory::default();
     let raft_watcher = crate::observe::spawn_raft_watcher(
@@ -594,6 +602,7 @@ pub async fn run_with_listeners(
             .map(|running| running.projection.clone()),
         state_digest: Arc::default(),
         metrics: metrics.clone(),
+        clock,
     };
     if let Some(on_started) = &hooks.on_started {
         on_started(RunningNode {

@@ -5,8 +5,11 @@
 //! switch is off until a test turns it on at run time. Without the feature
 //! both functions are a constant `false`.
 //!
-//! The third planted bug, (a) "skip the expected-id check at apply", lives
-//! in `palisade_lifecycle::planted`.
+//! The others live in `palisade_lifecycle::planted`: (a) "skip the
+//! expected-id check at apply", (e) "receipts stamped from the proposer's
+//! clock" and (f) "a forwarded leader-internal command accepted" (read by
+//! `palisade_raft`'s peer service); (d) "the driver's fence check off" is
+//! the chaos harness's own in-memory host (`palisade_chaos::host`).
 
 #[cfg(feature = "planted-bugs")]
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -94,6 +94,9 @@ pub struct Replica {
     /// hashing the whole state holds the state's read lock, which apply
     /// waits for; a `std` mutex, never held across an await.
     pub state_digest: Arc<std::sync::Mutex<Option<(u64, String)>>>,
+    /// This replica's wall clock (proposer times in commands; see
+    /// [`crate::clock`]).
+    pub clock: Arc<dyn crate::clock::WallClock>,
     /// This replica's metrics ([`palisade_metrics`]).
     pub metrics: std::sync::Arc<palisade_metrics::Metrics>,
 }

@@ -635,15 +635,21 @@ fn with_receipt(
         }
         Ok(other) => unreachable!("Begin* commands do not answer {other:?}"),
     };
+    // Planted bug (e), test-only: the proposer's clock instead of the
+    // replicated one (see `crate::planted`).
+    let stamp_ms = if crate::planted::receipts_from_proposer_clock() {
+        request.time_ms
+    } else {
+        state.clock_ms
+    };
     state.receipts.insert(
         request.id.clone(),
         Receipt {
             rpc,
             payload_digest: request.payload_digest.clone(),
-            created_at_ms: state.clock_ms,
+            created_at_ms: stamp_ms,
             created_at_index: position.index,
-            settled_at_ms: (!matches!(result, ReceiptResult::Pending { .. }))
-                .then_some(state.clock_ms),
+            settled_at_ms: (!matches!(result, ReceiptResult::Pending { .. })).then_some(stamp_ms),
             workspace,
             result,
         },
@@ -661,6 +667,15 @@ fn settle_waiters(
     clock_ms: i64,
 ) {
     for request_id in &operation.request_ids {
+        // Planted bug (e), test-only: settled at the proposer's time the
+        // receipt was created with (see `crate::planted`).
+        let clock_ms = if crate::planted::receipts_from_proposer_clock() {
+            receipts
+                .get(request_id)
+                .map_or(clock_ms, |receipt| receipt.created_at_ms)
+        } else {
+            clock_ms
+        };
         receipts.settle(request_id, result, clock_ms);
     }
 }

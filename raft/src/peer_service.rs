@@ -489,7 +489,11 @@ impl RaftPeer for PeerService {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         let (from, command) = self.open::<Command>(request).await?;
-        if !command.is_client_proposable() {
+        // Planted bug (f), test-only: accepts it anyway
+        // (`palisade_lifecycle::planted`).
+        if !command.is_client_proposable()
+            && !palisade_lifecycle::planted::accept_forwarded_internal()
+        {
             tracing::warn!(
                 node_id = self.node_id(),
                 from_node = from,

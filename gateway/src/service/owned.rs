@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use tonic::{Request, Response, Status};
 
 use super::PalisadeService;
-use super::request::{decode_page_token, encode_page_token, now_ms};
+use super::request::{decode_page_token, encode_page_token};
 use super::sandboxes::target_from_ref;
 use crate::errors;
 
@@ -37,7 +37,7 @@ pub(super) async fn create_ssh_session(
     let session_token = format!("pss1.{}", hex::encode(token_bytes));
     // The session's expiry is the replicated clock at apply plus its TTL;
     // this replica's clock only goes into the audit trail.
-    let time_ms = now_ms();
+    let time_ms = service.now_ms();
     let ttl_ms = i64::from(ttl_seconds) * 1000;
     let session_id = uuid::Uuid::new_v4().to_string();
     let proposed = service
@@ -155,7 +155,7 @@ pub(super) async fn set_sandbox_policy(
             target,
             document: request.document.clone(),
             expected_version: request.expected_version,
-            time_ms: now_ms(),
+            time_ms: service.now_ms(),
         })
         .await?;
     let Outcome::PolicySet {

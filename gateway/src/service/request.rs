@@ -10,13 +10,14 @@ use tonic::Status;
 use super::PalisadeService;
 use crate::errors;
 
-/// This replica's wall clock. It goes into commands for the audit trail
-/// only (`RequestMeta::time_ms` and the like): apply stamps every time in
-/// the state from the replicated clock (`State::clock_ms`).
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+impl PalisadeService {
+    /// This replica's wall clock ([`crate::clock`]). It goes into commands
+    /// for the audit trail only (`RequestMeta::time_ms` and the like):
+    /// apply stamps every time in the state from the replicated clock
+    /// (`State::clock_ms`).
+    pub(super) fn now_ms(&self) -> i64 {
+        self.replica.clock.now_ms()
+    }
 }
 
 pub(super) fn workspace_or_default(workspace: &str) -> &str {
@@ -46,6 +47,7 @@ pub(super) enum Settled {
 
 /// The request's id (the caller's, or a fresh one) and its payload digest.
 pub(super) fn request_meta(
+    time_ms: i64,
     request_id: &str,
     payload: &impl serde::Serialize,
 ) -> Result<RequestMeta, Status> {
@@ -64,7 +66,7 @@ pub(super) fn request_meta(
     Ok(RequestMeta {
         id,
         payload_digest: hex::encode(Sha256::digest(&canonical)),
-        time_ms: now_ms(),
+        time_ms,
     })
 }
 

@@ -130,6 +130,7 @@ impl PalisadeService {
             (cluster.as_ref(), clock_ms),
         )?;
         let meta = request_meta(
+            self.now_ms(),
             &call.request_id,
             &(call.rpc, &target, &digest_view(&expected_execution)),
         )?;
@@ -185,6 +186,7 @@ pub(super) async fn create(
     let annotations: BTreeMap<_, _> = request.annotations.into_iter().collect();
     validate::annotations(&annotations).map_err(errors::invalid_input)?;
     let meta = request_meta(
+        service.now_ms(),
         &request.request_id,
         &(
             "CreateSandbox",
@@ -520,6 +522,7 @@ pub(super) async fn delete(
         Some(request.expected_sandbox_id.clone())
     };
     let meta = request_meta(
+        service.now_ms(),
         &request.request_id,
         &(
             "DeleteSandbox",

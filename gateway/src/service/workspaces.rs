@@ -5,7 +5,7 @@ use palisade_proto::v1;
 use tonic::{Code, Request, Response, Status};
 
 use super::PalisadeService;
-use super::request::{decode_page_token, encode_page_token, now_ms};
+use super::request::{decode_page_token, encode_page_token};
 use crate::convert::workspace_to_proto;
 use crate::errors;
 
@@ -20,7 +20,7 @@ pub(super) async fn create(
         .propose(Command::CreateWorkspace {
             id: uuid::Uuid::new_v4().to_string(),
             name: request.name.clone(),
-            time_ms: now_ms(),
+            time_ms: service.now_ms(),
         })
         .await?;
     proposed.response.map_err(errors::rejection)?;

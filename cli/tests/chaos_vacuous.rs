@@ -1,0 +1,40 @@
+//! `palisade chaos run` fails a vacuous campaign: a requested nemesis that
+//! never fired (a partition of a single replica has no link to cut) makes
+//! it exit 3 and name the nemesis, although no anomaly was found (issue 15).
+
+use std::process::Command;
+
+#[test]
+fn a_campaign_whose_nemesis_cannot_fire_exits_non_zero_and_names_it() {
+    let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args([
+            "chaos",
+            "run",
+            "--seed",
+            "5",
+            "--ops",
+            "120",
+            "--replicas",
+            "1",
+            "--nemesis",
+            "partition,kill",
+        ])
+        .output()
+        .expect("palisade runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "a vacuous campaign exits 3\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("VACUOUS: requested nemesis never fired: partition"),
+        "the report names the nemesis\nstdout:\n{stdout}"
+    );
+    assert!(
+        stderr.contains("requested nemesis never fired: partition"),
+        "stderr names it too\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("anomalies: none"), "{stdout}");
+}
