@@ -222,11 +222,11 @@ mod tests {
             token_domain: "c1".into(),
             ..source.clone()
         };
-        assert_eq!(verify(Some(&restored), &token).unwrap().generation, 7);
+        assert_eq!(verify(Some(&restored), 0, &token).unwrap().generation, 7);
         let unbound = ClusterIdentity {
             cluster_id: "c2".into(),
             ..source
         };
-        assert!(verify(Some(&unbound), &token).is_err());
+        assert!(verify(Some(&unbound), 0, &token).is_err());
     }
 }

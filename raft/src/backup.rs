@@ -407,6 +407,8 @@ mod tests {
             token_secret_hex: "ab".repeat(32),
             token_domain: String::new(),
             driver_identity: "host-a".into(),
+            token_key_id: 1,
+            retired_token_keys: Vec::new(),
         });
         let kept = restored_state(state.clone(), TokenKey::Keep);
         assert!(kept.cluster.is_none());
