@@ -20,7 +20,13 @@
 //!   the applied index (no operation of that sandbox can come later);
 //! - the sandbox exists, has no operation in flight, and the execution is
 //!   not its current generation: `stop` that execution, fenced at the
-//!   sandbox's resource version (every later operation begins after it).
+//!   sandbox's resource version (every later operation begins after it);
+//! - the execution is the current generation, but the state says nothing
+//!   runs (STOPPED, ERROR, COMPLETED, no operation in flight): a deposed
+//!   leader's launch that came after its successor's launch of the same
+//!   generation was refused before the driver saw the successor's fence
+//!   (the launch failed, the sandbox is ERROR, yet the late one runs).
+//!   `stop` it, fenced at the sandbox's resource version, as above.
 //!
 //! A READY sandbox whose execution is gone is not this module's business:
 //! the executor's inspection records it lost.
@@ -28,7 +34,7 @@
 use std::collections::BTreeSet;
 
 use palisade_driver::ExecutionStatus;
-use palisade_lifecycle::State;
+use palisade_lifecycle::{SandboxPhase, State};
 use serde::Serialize;
 
 /// Most orphans reaped in one round; the rest wait for the next round.
@@ -42,6 +48,8 @@ pub enum OrphanReason {
     SandboxGone,
     /// Its sandbox exists, but runs another generation.
     StaleGeneration,
+    /// Its sandbox's current generation, in a phase where nothing runs.
+    NotRunningPhase,
 }
 
 impl OrphanReason {
@@ -50,6 +58,7 @@ impl OrphanReason {
         match self {
             OrphanReason::SandboxGone => "sandbox_gone",
             OrphanReason::StaleGeneration => "stale_generation",
+            OrphanReason::NotRunningPhase => "not_running_phase",
         }
     }
 }
@@ -112,7 +121,20 @@ pub fn orphans(
                 });
             }
             Some(sandbox) if sandbox.operation.is_some() => {}
-            Some(sandbox) if sandbox.execution.generation == *generation => {}
+            Some(sandbox) if sandbox.execution.generation == *generation => {
+                if matches!(
+                    sandbox.phase,
+                    SandboxPhase::Stopped | SandboxPhase::Error | SandboxPhase::Completed
+                ) {
+                    found.insert(Orphan {
+                        sandbox_id: sandbox_id.clone(),
+                        generation: *generation,
+                        reason: OrphanReason::NotRunningPhase,
+                        action: OrphanAction::StopExecution,
+                        fence_index: sandbox.resource_version,
+                    });
+                }
+            }
             Some(sandbox) => {
                 found.insert(Orphan {
                     sandbox_id: sandbox_id.clone(),
@@ -236,6 +258,51 @@ mod tests {
                     fence_index: 42,
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn the_current_generation_running_in_a_phase_where_nothing_runs_is_an_orphan() {
+        let mut log = Log {
+            state: State::new(),
+            index: 0,
+        };
+        ready(&mut log, "ready");
+        // A launch that failed: ERROR at generation 1, no operation.
+        log.apply(Command::BeginCreate {
+            id: "failed".into(),
+            workspace: "default".into(),
+            name: "failed".into(),
+            spec: SandboxSpec::default(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            time_ms: 1,
+            host_identity: "host".into(),
+            request: request("create-failed"),
+        });
+        log.apply(Command::CompleteLaunch {
+            sandbox_id: "failed".into(),
+            of: CompletionOf::UNBOUND,
+            generation: 1,
+            result: LaunchResult::Failed {
+                message: "refused".into(),
+            },
+        });
+        let failed = &log.state.sandboxes["failed"];
+        assert_eq!(failed.phase, SandboxPhase::Error);
+        assert!(failed.operation.is_none());
+        let resource_version = failed.resource_version;
+        // Yet the driver runs generation 1 (a deposed leader's late launch).
+        let listed = vec![running("ready", 1), running("failed", 1)];
+        assert_eq!(
+            orphans(&listed, &log.state, 42),
+            vec![Orphan {
+                sandbox_id: "failed".into(),
+                generation: 1,
+                reason: OrphanReason::NotRunningPhase,
+                action: OrphanAction::StopExecution,
+                fence_index: resource_version,
+            }]
         );
     }
 }
