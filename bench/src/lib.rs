@@ -192,3 +192,20 @@ impl fmt::Display for Table {
         Ok(())
     }
 }
+
+/// The flags every single-cluster bench tool shares: which `palisade`
+/// binary the replicas run, whether to keep the run directory, and more
+/// `gateway run` flags for the replicas.
+#[derive(Debug, clap::Args)]
+pub struct RunFlags {
+    /// The `palisade` binary the replicas run (default: next to this one).
+    #[arg(long)]
+    pub palisade: Option<std::path::PathBuf>,
+    /// Keep the run directory (replica data and logs) afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// More `gateway run` flags for every replica (repeatable), e.g.
+    /// `--replica-arg=--requests-in-flight-max --replica-arg=256`.
+    #[arg(long = "replica-arg", allow_hyphen_values = true)]
+    pub replica_args: Vec<String>,
+}

@@ -31,7 +31,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use palisade_bench::{connect, in_run_dir, millis, palisade_binary, percentile, run_main};
+use palisade_bench::{
+    RunFlags, connect, in_run_dir, millis, palisade_binary, percentile, run_main,
+};
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_testkit::{ClusterSpec, LocalCluster};
@@ -63,16 +65,8 @@ struct Args {
     /// Seconds between report lines.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     report_seconds: u64,
-    /// The `palisade` binary the replica runs (default: next to this one).
-    #[arg(long)]
-    palisade: Option<PathBuf>,
-    /// Keep the run directory (replica data and log) afterwards.
-    #[arg(long)]
-    keep: bool,
-    /// More `gateway run` flags for the replica (repeatable), e.g.
-    /// `--replica-arg=--requests-in-flight-max --replica-arg=256`.
-    #[arg(long = "replica-arg", allow_hyphen_values = true)]
-    replica_args: Vec<String>,
+    #[command(flatten)]
+    run: RunFlags,
 }
 
 fn main() {
@@ -80,8 +74,8 @@ fn main() {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let palisade = palisade_binary(args.palisade.as_deref())?;
-    in_run_dir("palisade-load", args.keep, |root| {
+    let palisade = palisade_binary(args.run.palisade.as_deref())?;
+    in_run_dir("palisade-load", args.run.keep, |root| {
         load(&args, &palisade, root)
     })
     .await
@@ -123,7 +117,7 @@ struct Probe {
 
 async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
     let mut gateway_args = vec!["--driver".to_string(), "noop".to_string()];
-    gateway_args.extend(args.replica_args.iter().cloned());
+    gateway_args.extend(args.run.replica_args.iter().cloned());
     let mut spec = ClusterSpec::new(palisade, 1)
         .gateway_args(gateway_args)
         .log_filter(&palisade_bench::replica_log_filter());

@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use palisade_bench::{
-    REPLICAS, connect, in_run_dir, palisade_binary, run_main, start_cluster, wait_ready,
+    REPLICAS, RunFlags, connect, in_run_dir, palisade_binary, run_main, start_cluster, wait_ready,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
@@ -49,15 +49,8 @@ struct Args {
     /// `--postgres-url`); its size is reported through `psql`.
     #[arg(long)]
     postgres_url: Option<String>,
-    /// The `palisade` binary the replicas run (default: next to this one).
-    #[arg(long)]
-    palisade: Option<PathBuf>,
-    /// Keep the run directory (replica data and logs) afterwards.
-    #[arg(long)]
-    keep: bool,
-    /// More `gateway run` flags for every replica (repeatable).
-    #[arg(long = "replica-arg", allow_hyphen_values = true)]
-    replica_args: Vec<String>,
+    #[command(flatten)]
+    run: RunFlags,
 }
 
 fn main() {
@@ -65,8 +58,8 @@ fn main() {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let palisade = palisade_binary(args.palisade.as_deref())?;
-    in_run_dir("palisade-soak", args.keep, |root| {
+    let palisade = palisade_binary(args.run.palisade.as_deref())?;
+    in_run_dir("palisade-soak", args.run.keep, |root| {
         soak(&args, &palisade, root)
     })
     .await
@@ -94,7 +87,7 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     if let Some(url) = &args.postgres_url {
         gateway_args.extend(["--postgres-url".to_string(), url.clone()]);
     }
-    gateway_args.extend(args.replica_args.iter().cloned());
+    gateway_args.extend(args.run.replica_args.iter().cloned());
     let cluster = start_cluster(palisade, &root, gateway_args)?;
     let leader = wait_ready(&cluster).await?;
     println!(
