@@ -1013,7 +1013,12 @@ async fn hand_off_leadership(replica: &Replica) {
         )
         .await;
     match moved {
-        Ok(_) => info!(to = target, "leadership handed off"),
+        // The leader that took over, which is the target unless another
+        // election overtook the transfer.
+        Ok(metrics) => info!(
+            to = metrics.current_leader.unwrap_or(target),
+            "leadership handed off"
+        ),
         Err(error) => warn!(%error, "leadership did not move in time"),
     }
 }
