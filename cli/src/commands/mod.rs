@@ -495,7 +495,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             interval_seconds,
         }) => watch_cluster_status(&endpoints, tls, token, output, interval_seconds).await,
         Command::Auth(command) => auth::run(&mut client, &workspace, output, command).await,
-        Command::Health(args) => crate::health::run(&endpoints, tls, &args, output).await,
+        Command::Health(args) => {
+            crate::health::run(&endpoints, tls, cli.insecure, &args, output).await
+        }
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
