@@ -22,6 +22,7 @@
 //! that could not even be sent, is retried here, at the leader known next.
 
 use openraft::async_runtime::WatchReceiver as _;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use palisade_lifecycle::{Command, Response};
 use palisade_raft::network::{ForwardError, PeerClients};
 use palisade_raft::state_machine::AppliedState;
 use palisade_raft::{NodeId, Raft, StateHandle};
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use crate::errors::{self, LEADERSHIP_CHANGED, NO_LEADER, OUTCOME_PENDING};
@@ -505,8 +507,8 @@ impl Replica {
                         return shutting_down();
                     }
                 }
-                Some(()) = async { match touched.as_mut().as_pin_mut() { Some(touched) => Some(touched.await), None => None } } => {}
-                Some(()) = async { match everyone.as_mut().as_pin_mut() { Some(everyone) => Some(everyone.await), None => None } } => {}
+                true = wait_armed(touched.as_mut().as_pin_mut()) => {}
+                true = wait_armed(everyone.as_mut().as_pin_mut()) => {}
                 _ = tokio::time::sleep(WAIT_RECHECK_INTERVAL), if waiter.is_some() => {}
                 changed = server.changed() => {
                     if changed.is_err() {
@@ -521,5 +523,17 @@ impl Replica {
                 }
             }
         }
+    }
+}
+
+/// Waits for an armed wake-up, if there is one: true once it fired, false at
+/// once without one (a `select!` branch that then never matches).
+async fn wait_armed(notified: Option<Pin<&mut Notified<'_>>>) -> bool {
+    match notified {
+        Some(notified) => {
+            notified.await;
+            true
+        }
+        None => false,
     }
 }

@@ -392,9 +392,6 @@ impl LifecycleStateMachine {
     }
 }
 
-/// The watch event an applied entry produced, if it changed a sandbox: the
-/// outcome names the sandbox, and a changed sandbox carries this index as
-/// its resource version.
 /// The one sandbox an applied command's outcome is about, if it is about
 /// exactly one: whose waiting requests it may have settled.
 fn touched_sandbox(response: &palisade_lifecycle::Response) -> Option<&str> {
@@ -407,6 +404,9 @@ fn touched_sandbox(response: &palisade_lifecycle::Response) -> Option<&str> {
     }
 }
 
+/// The watch event an applied entry produced, if it changed a sandbox: the
+/// outcome names the sandbox, and a changed sandbox carries this index as
+/// its resource version.
 fn sandbox_event(
     state: &State,
     index: u64,

@@ -125,8 +125,12 @@ pub(crate) async fn wait_exited(identity: &ProcessIdentity, limit: Duration) {
         }
         return;
     };
-    let Ok(pidfd) = tokio::io::unix::AsyncFd::with_interest(pidfd, tokio::io::Interest::READABLE)
-    else {
+    // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which alone owns it
+    // until it is dropped: the descriptor stays open and the same meanwhile.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    };
+    let Ok(pidfd) = registered else {
         tokio::time::sleep(limit).await;
         return;
     };
@@ -139,9 +143,25 @@ pub(crate) async fn wait_exited(identity: &ProcessIdentity, limit: Duration) {
 fn open_pidfd(identity: &ProcessIdentity) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let pid = i32::try_from(identity.pid).ok()?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // (always close-on-exec) or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ESRCH) {
+            // Kernels before 5.3 (ENOSYS) or a seccomp filter (EPERM): the stop
+            // path falls back to polling, as before pidfds. Said once.
+            static UNAVAILABLE: std::sync::Once = std::sync::Once::new();
+            UNAVAILABLE.call_once(|| {
+                tracing::info!(
+                    %error,
+                    "pidfd_open is unavailable: stops poll for the shim's end instead of waiting on its pidfd"
+                );
+            });
+        }
+        return None;
+    }
+    let fd = i32::try_from(fd).ok()?;
     // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
     let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     (presence(identity).ok()? == Presence::Live).then_some(pidfd)
