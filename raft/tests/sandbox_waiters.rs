@@ -126,7 +126,6 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
             driver_identity: "process:host-a".into(),
         },
         create_workspace("team-a"),
-        begin_create(SANDBOX_A, "a"),
     ] {
         let response = raft.client_write(command).await?;
         ensure!(response.data.is_ok(), "{:?}", response.data);
@@ -134,6 +133,18 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
 
     let a = state.wait_on_sandbox(SANDBOX_A);
     let b = state.wait_on_sandbox(SANDBOX_B);
+    // A's create wakes A's waiter. Awaited, so that wake-up (sent after the
+    // batch, after the proposer already has its answer) is not taken below
+    // for one caused by B's batch.
+    let a_created = a.sandbox.notified();
+    tokio::pin!(a_created);
+    a_created.as_mut().enable();
+    let response = raft.client_write(begin_create(SANDBOX_A, "a")).await?;
+    ensure!(response.data.is_ok(), "{:?}", response.data);
+    tokio::time::timeout(WAIT, a_created)
+        .await
+        .map_err(|_| anyhow::anyhow!("A's waiter was not woken by A's create"))?;
+
     let a_touched = a.sandbox.notified();
     let a_everyone = a.everyone.notified();
     let b_touched = b.sandbox.notified();
