@@ -32,6 +32,7 @@ pub mod peer_service;
 pub mod state_machine;
 pub mod tls;
 pub mod types;
+pub mod waiters;
 
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
 pub use peer_service::PeerService;

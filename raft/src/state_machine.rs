@@ -6,8 +6,9 @@
 //! simpler than an async one. Durability comes from the Raft log (committed
 //! entries are re-applied after a restart) and from snapshots written
 //! atomically by [`palisade_storage::SnapshotFiles`]. Every applied index is
-//! published on a `watch` channel so request handlers and the effect
-//! executor wake up when the state moves.
+//! published on a `watch` channel so the effect executor wakes up when the
+//! state moves; request handlers waiting on one sandbox are woken only by
+//! batches that touched it ([`crate::waiters`]).
 //!
 //! # The state's byte size
 //!
@@ -49,6 +50,7 @@ use crate::hooks::{FaultPoint, FaultPoints};
 use crate::types::{
     LogId, NodeId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
+use crate::waiters::{SandboxWaiter, SandboxWaiters};
 
 /// Everything the state machine holds: the lifecycle state plus the Raft
 /// bookkeeping that must move with it atomically.
@@ -209,6 +211,8 @@ struct Shared {
     census: Mutex<Census>,
     /// Applied index, published after every apply batch and snapshot install.
     applied_index: watch::Sender<u64>,
+    /// Request handlers waiting on particular sandboxes ([`crate::waiters`]).
+    waiters: Arc<SandboxWaiters>,
 }
 
 /// Read access to the replica's applied state, cheap to clone.
@@ -261,6 +265,13 @@ impl StateHandle {
     /// a few numbers per workspace, no scan of the state).
     pub fn census(&self) -> Census {
         self.shared.census.lock().unwrap_or_else(poisoned).clone()
+    }
+
+    /// Registers a wait on `sandbox_id`: woken after every apply batch that
+    /// touched it, or that changed something not tied to a sandbox (see
+    /// [`crate::waiters`]).
+    pub fn wait_on_sandbox(&self, sandbox_id: &str) -> SandboxWaiter {
+        self.shared.waiters.register(sandbox_id)
     }
 
     /// A receiver that changes whenever the applied index moves.
@@ -343,6 +354,7 @@ impl LifecycleStateMachine {
                 events: RwLock::new(events),
                 census: Mutex::new(census),
                 applied_index,
+                waiters: Arc::default(),
             }),
             snapshots: Arc::new(snapshots),
             fault_points: None,
@@ -377,6 +389,18 @@ impl LifecycleStateMachine {
 
     fn write(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, AppliedState>> {
         self.shared.applied.write().map_err(poisoned_io)
+    }
+}
+
+/// The one sandbox an applied command's outcome is about, if it is about
+/// exactly one: whose waiting requests it may have settled.
+fn touched_sandbox(response: &palisade_lifecycle::Response) -> Option<&str> {
+    match response.as_ref().ok()? {
+        Outcome::OperationBegun { sandbox_id, .. }
+        | Outcome::OperationJoined { sandbox_id, .. }
+        | Outcome::AlreadyDone { sandbox_id }
+        | Outcome::Completed { sandbox_id } => Some(sandbox_id.as_str()),
+        _ => None,
     }
 }
 
@@ -506,6 +530,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             + OptionalSend,
     {
         let mut last_index = None;
+        // Whom to wake after the batch: the sandboxes its entries touched,
+        // or everyone for a change not tied to a sandbox.
+        let mut touched: Vec<String> = Vec::new();
+        let mut wake_everyone = false;
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id();
@@ -559,6 +587,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             fault_points.applying(*node_id, log_id.index);
                         }
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
+                        match touched_sandbox(&response) {
+                            Some(sandbox_id) => touched.push(sandbox_id.to_owned()),
+                            None => wake_everyone = true,
+                        }
                         response
                     }
                     EntryPayload::Membership(membership) => {
@@ -580,6 +612,11 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         }
         if let Some(index) = last_index {
             self.shared.applied_index.send_replace(index);
+        }
+        if wake_everyone {
+            self.shared.waiters.wake_everyone();
+        } else {
+            self.shared.waiters.wake(touched.iter().map(String::as_str));
         }
         Ok(())
     }
@@ -651,6 +688,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             .map_err(poisoned_io)?
             .reset(index);
         self.shared.applied_index.send_replace(index);
+        self.shared.waiters.wake_everyone();
         Ok(())
     }
 
