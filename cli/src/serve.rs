@@ -607,6 +607,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(palisade_gateway::node::run(config, driver, shutdown_signal()).await?)
 }
 
+/// TEST-ONLY (read only by `test-hooks` builds): the cluster feature level
+/// this replica claims to support, below its build's
+/// (`palisade_raft::feature_level::lower_supported_for_tests`).
+#[cfg(feature = "test-hooks")]
+pub const SUPPORTED_FEATURE_LEVEL_ENV: &str = "PALISADE_TEST_SUPPORTED_FEATURE_LEVEL";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -629,9 +635,3 @@ mod tests {
         }
     }
 }
-
-/// TEST-ONLY (read only by `test-hooks` builds): the cluster feature level
-/// this replica claims to support, below its build's
-/// (`palisade_raft::feature_level::lower_supported_for_tests`).
-#[cfg(feature = "test-hooks")]
-pub const SUPPORTED_FEATURE_LEVEL_ENV: &str = "PALISADE_TEST_SUPPORTED_FEATURE_LEVEL";
