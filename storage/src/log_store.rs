@@ -863,6 +863,22 @@ mod tests {
 
     type Store = LogStore<TestConfig>;
 
+    #[test]
+    fn the_format_record_is_raised_durably_and_never_lowered() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let record = store.format_record();
+        assert_eq!(record.version().unwrap(), FORMAT_VERSION);
+        record.raise(2).unwrap();
+        record.raise(1).unwrap();
+        assert_eq!(record.version().unwrap(), 2);
+        drop((record, store));
+        // A raised database still opens (the owner compares the version
+        // with what its build supports).
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.format_record().version().unwrap(), 2);
+    }
+
     async fn store_with_entries(dir: &Path, indexes: std::ops::Range<u64>) -> Store {
         let mut store = Store::open(dir).unwrap();
         store
