@@ -10,7 +10,10 @@
 //! Races it accepts: a voter added, or restarted with an older build,
 //! between the poll and the apply of the raise stops at the apply with a
 //! message naming both levels (`palisade_raft::feature_level`) instead of
-//! running below the cluster's level.
+//! running below the cluster's level. Learners are not asked (a learner
+//! that is down must not hold the cluster back); one of an older build
+//! stops the same way. Upgrade learners before voters, or add them after
+//! the upgrade.
 
 use std::time::Duration;
 
