@@ -305,6 +305,10 @@ pub struct LifecycleStateMachine {
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
     /// Apply latency and committed proposals (`--metrics-listen`).
     metrics: Option<palisade_metrics::RaftMetrics>,
+    /// The log database's `format` record, raised to the feature level
+    /// before a raise is applied or a snapshot of a higher level installed
+    /// ([`crate::feature_level`]); `None` in tests without a log store.
+    format_record: Option<palisade_storage::FormatRecord>,
 }
 
 impl LifecycleStateMachine {
@@ -359,7 +363,34 @@ impl LifecycleStateMachine {
             snapshots: Arc::new(snapshots),
             fault_points: None,
             metrics: None,
+            format_record: None,
         })
+    }
+
+    /// Raises `format_record` (the log database's) to the cluster feature
+    /// level whenever this replica applies a raise or installs a snapshot
+    /// of a higher level, so that a release that cannot read the log
+    /// refuses the data directory ([`crate::feature_level`]).
+    pub fn with_format_record(mut self, format_record: palisade_storage::FormatRecord) -> Self {
+        self.format_record = Some(format_record);
+        self
+    }
+
+    /// Before the state moves to feature level `level`: stops this replica
+    /// (fail-stop) if its build does not support the level, and records
+    /// the level in the log database. `what` names where the level comes
+    /// from, for the message.
+    fn entering_level(&self, what: impl FnOnce() -> String, level: u32) -> io::Result<()> {
+        if let Err(too_high) = crate::feature_level::check(what, level) {
+            // Not an outcome of apply (another release applies the same
+            // entry): this replica cannot go on, the others can.
+            tracing::error!(%too_high, "stopping: feature level not supported");
+            panic!("{too_high}");
+        }
+        if let Some(record) = &self.format_record {
+            record.raise(level).map_err(io::Error::other)?;
+        }
+        Ok(())
     }
 
     /// Awaits `fault_points` (as node `node_id`) before installing each
@@ -389,6 +420,12 @@ impl LifecycleStateMachine {
 
     fn write(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, AppliedState>> {
         self.shared.applied.write().map_err(poisoned_io)
+    }
+
+    fn read_state<T>(&self, read: impl FnOnce(&State) -> T) -> io::Result<T> {
+        Ok(read(
+            &self.shared.applied.read().map_err(poisoned_io)?.state,
+        ))
     }
 }
 
@@ -538,6 +575,15 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             let (entry, responder) = item?;
             let log_id = entry.log_id();
             let mut event = None;
+            if let EntryPayload::Normal(command) = &entry.payload
+                && let (palisade_lifecycle::Command::RaiseFeatureLevel { level }, _) =
+                    command.unattributed()
+            {
+                let current = self.read_state(|state| state.feature_level)?;
+                if *level > current {
+                    self.entering_level(|| format!("log entry {}", log_id.index), *level)?;
+                }
+            }
             let response = {
                 let mut guard = self.write()?;
                 let response = match &entry.payload {
@@ -640,6 +686,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             )
         })?;
         state.assert_invariants();
+        self.entering_level(
+            || format!("the snapshot received up to {:?}", meta.last_log_id),
+            state.feature_level,
+        )?;
         if let Some((node_id, fault_points)) = &self.fault_points {
             let last_index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
             fault_points

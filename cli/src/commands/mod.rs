@@ -708,6 +708,8 @@ async fn cluster_status(
                 "state_bytes": info.state_bytes,
                 "state_bytes_max": info.state_bytes_max,
                 "receipts": info.receipts,
+                "feature_level": info.feature_level,
+                "supported_feature_level": info.supported_feature_level,
                 "executor_blocked": (!info.executor_blocked.is_empty()).then_some(&info.executor_blocked),
                 "projection": info.projection.as_ref().map(|projection| json!({
                     "state": projection.state,
@@ -750,6 +752,7 @@ async fn cluster_status(
                             "-".into(),
                             "-".into(),
                             "-".into(),
+                            "-".into(),
                         ]
                     } else {
                         let projection = match &view["projection"] {
@@ -776,6 +779,11 @@ async fn cluster_status(
                                 view["state_bytes"].as_u64().unwrap_or(0) as f64 / 1048576.0,
                                 view["state_bytes_max"].as_u64().unwrap_or(0) / 1048576
                             ),
+                            format!(
+                                "{} (supports {})",
+                                text("feature_level"),
+                                text("supported_feature_level")
+                            ),
                             projection,
                         ]
                     }
@@ -792,6 +800,7 @@ async fn cluster_status(
                     "APPLIED",
                     "LAG",
                     "STATE SIZE",
+                    "FEATURE LEVEL",
                     "PROJECTION",
                 ],
                 &rows,
