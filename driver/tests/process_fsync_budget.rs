@@ -4,14 +4,17 @@
 //! the virtual disks this runs on), so fencing must not add any beyond the one that
 //! makes the fence durable with the step's own records: `launch` shares the fsync
 //! of the generation it claims, `remove` the one of its tombstone, `stop` pays one
-//! (see the "What is fsynced" section of `palisade_driver::process`). The counter is
-//! process-wide, so this file holds one test, run alone in its own binary.
+//! (see the "What is fsynced" section of `palisade_driver::process`). What an effect
+//! waits for is its *rounds* of fsyncs: fsyncs that may go in any order are issued
+//! at once and waited for as one (a first launch's four fsyncs are two rounds).
+//! The counters are process-wide, so this file holds one test, run alone in its own
+//! binary.
 #![cfg(target_os = "linux")]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use palisade_driver::process::records::fsyncs_issued;
+use palisade_driver::process::records::{fsync_rounds_issued, fsyncs_issued};
 use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_driver::{ComputeDriver, Fence, LaunchSpec};
 
@@ -28,11 +31,26 @@ fn fence(generation: u64, operation_index: u64) -> Fence {
     }
 }
 
+/// The fsyncs a step made, and the rounds it waited for them in.
+#[derive(Debug, PartialEq, Eq)]
+struct Fsyncs {
+    fsyncs: u64,
+    rounds: u64,
+}
+
 /// Runs `step` and returns the fsyncs it made.
-async fn fsyncs_of<T>(step: impl Future<Output = T>) -> (T, u64) {
-    let before = fsyncs_issued();
+async fn fsyncs_of<T>(step: impl Future<Output = T>) -> (T, Fsyncs) {
+    let (before, rounds_before) = (fsyncs_issued(), fsync_rounds_issued());
     let result = step.await;
-    (result, fsyncs_issued() - before)
+    let fsyncs = Fsyncs {
+        fsyncs: fsyncs_issued() - before,
+        rounds: fsync_rounds_issued() - rounds_before,
+    };
+    (result, fsyncs)
+}
+
+fn fsyncs(fsyncs: u64, rounds: u64) -> Fsyncs {
+    Fsyncs { fsyncs, rounds }
 }
 
 #[tokio::test]
@@ -61,9 +79,10 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
 
     let (launched, launch) = fsyncs_of(driver.launch(&spec, &fence(1, 10))).await;
     assert!(launched.is_err(), "no shim program, yet {launched:?}");
-    // The new sandbox directory's entry, spec.json, the staging directory, and the
-    // sandbox directory after the rename (the generation and the fence together).
-    assert_eq!(launch, 4, "fsyncs of a first launch");
+    // The new sandbox directory's entry, spec.json, the staging directory (one
+    // round, before the rename), and the sandbox directory after the rename (the
+    // generation and the fence together).
+    assert_eq!(launch, fsyncs(4, 2), "fsyncs of a first launch");
     assert_eq!(
         driver.fence_of(SANDBOX).await.expect("fence"),
         Some(fence(1, 10))
@@ -73,12 +92,12 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
         fsyncs_of(driver.stop(SANDBOX, 1, Duration::from_millis(10), &fence(1, 20))).await;
     stopped.expect("stop");
     // The fence (stop-requested is not fsynced).
-    assert_eq!(stop, 1, "fsyncs of a stop");
+    assert_eq!(stop, fsyncs(1, 1), "fsyncs of a stop");
 
     let (removed, remove) = fsyncs_of(driver.remove(SANDBOX, &fence(1, 30))).await;
     removed.expect("remove");
     // The fence and the tombstone, together; deleting the files is not fsynced.
-    assert_eq!(remove, 1, "fsyncs of a remove");
+    assert_eq!(remove, fsyncs(1, 1), "fsyncs of a remove");
     assert_eq!(
         driver
             .tombstone_of(SANDBOX)
@@ -97,5 +116,21 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
     let (stopped, stop_again) =
         fsyncs_of(driver.stop(SANDBOX, 1, Duration::from_millis(10), &fence(1, 30))).await;
     stopped.expect("stop after remove");
-    assert_eq!(stop_again, 1, "fsyncs of a repeated fence");
+    assert_eq!(stop_again, fsyncs(1, 1), "fsyncs of a repeated fence");
+
+    // A sandbox whose first fenced step is a remove: its new directory's entry in
+    // the driver directory is made durable with the fence and the tombstone, in
+    // the same round.
+    let never_launched = "sandbox-budget-never-launched";
+    let first_fence = Fence {
+        sandbox_id: never_launched.to_owned(),
+        ..fence(0, 40)
+    };
+    let (removed, first_remove) = fsyncs_of(driver.remove(never_launched, &first_fence)).await;
+    removed.expect("remove of a sandbox never launched");
+    assert_eq!(
+        first_remove,
+        fsyncs(2, 1),
+        "fsyncs of a first fenced remove"
+    );
 }

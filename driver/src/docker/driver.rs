@@ -343,7 +343,9 @@ impl DockerDriver {
             // The fence record is a name: durable with the directory's fsync, and
             // the records it supersedes go only once it is (see `fencing`).
             let admitted = admit_fence(&lock, &dir, &fence)?;
-            sync_dir(&dir).map_err(|error| io_uncertain("recording the fence of", &dir, error))?;
+            admitted
+                .sync(&dir)
+                .map_err(|error| io_uncertain("recording the fence of", &dir, error))?;
             admitted.made_durable();
             Ok(lock)
         })

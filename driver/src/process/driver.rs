@@ -304,12 +304,20 @@ impl ProcessDriver {
             .sandbox_user
             .as_ref()
             .map(|user| user.for_sandbox(&spec.sandbox_id));
-        let created = create_execution_dir(&self.driver_dir, spec, run_as.as_ref())?;
+        // For the sandbox's first fence, the sandbox directory's entry in the driver
+        // directory is fsynced together with the new generation's spec.
+        let created = create_execution_dir(
+            &self.driver_dir,
+            spec,
+            run_as.as_ref(),
+            admitted.parent_to_sync(&sandbox_dir),
+        )?;
         if !created {
             // A generation this call created was made durable by an fsync of the
             // sandbox directory, which made the fence record created above durable
             // too; otherwise (a repeated launch) fsync it for the fence alone.
-            sync_dir(&sandbox_dir)
+            admitted
+                .sync(&sandbox_dir)
                 .map_err(|error| io_uncertain("recording the fence of", &sandbox_dir, error))?;
         }
         admitted.made_durable();
@@ -457,7 +465,8 @@ impl ProcessDriver {
                 let sandbox_dir = driver.sandbox_dir(&sandbox_id);
                 let lock = driver.lock(&sandbox_dir)?;
                 let admitted = admit_fence(&lock, &sandbox_dir, &fence)?;
-                sync_dir(&sandbox_dir)
+                admitted
+                    .sync(&sandbox_dir)
                     .map_err(|error| io_uncertain("recording the fence of", &sandbox_dir, error))?;
                 admitted.made_durable();
                 driver.mark_stopping(&driver.execution_dir(&sandbox_id, generation))
@@ -610,7 +619,7 @@ impl ProcessDriver {
                 write_tombstone(&lock, &sandbox_dir, &fence)?;
                 // One fsync makes the fence and the tombstone durable, before
                 // anything is stopped.
-                sync_dir(&sandbox_dir).map_err(|error| {
+                admitted.sync(&sandbox_dir).map_err(|error| {
                     io_uncertain("writing the tombstone of", &sandbox_dir, error)
                 })?;
                 admitted.made_durable();
@@ -838,10 +847,15 @@ impl ComputeDriver for ProcessDriver {
 /// this call created it. A second launch with a different spec for the same
 /// generation is refused: generations are never reused, so that is a caller bug, not
 /// something to paper over.
+///
+/// `sync_with`: a directory fsynced together with the new generation's files,
+/// before it is renamed into place (the driver directory, when the sandbox
+/// directory's entry in it is not durable yet).
 pub(crate) fn create_execution_dir(
     driver_dir: &Path,
     spec: &LaunchSpec,
     run_as: Option<&super::RunAs>,
+    sync_with: Option<&Path>,
 ) -> Result<bool, DriverError> {
     let sandbox_dir = driver_dir.join(&spec.sandbox_id);
     let dir = sandbox_dir.join(spec.generation.to_string());
@@ -853,7 +867,7 @@ pub(crate) fn create_execution_dir(
             spec.generation,
             uuid::Uuid::new_v4()
         ));
-        let built = build_staging_dir(&staging, spec, run_as);
+        let built = build_staging_dir(&staging, spec, run_as, sync_with);
         let renamed = built.and_then(|()| fs::rename(&staging, &dir));
         match renamed {
             Ok(()) => {
@@ -891,20 +905,32 @@ pub(crate) fn create_execution_dir(
     }
 }
 
+/// Builds the generation's directory under a temporary name: its files and the
+/// directory itself durable (with `sync_with`, all fsynced at once) before the
+/// caller renames it into place, so a visible generation always has its spec.
 pub(crate) fn build_staging_dir(
     staging: &Path,
     spec: &LaunchSpec,
     run_as: Option<&super::RunAs>,
+    sync_with: Option<&Path>,
 ) -> io::Result<()> {
     fs::create_dir(staging)?;
+    let mut files = Vec::with_capacity(4);
     if let Some(run_as) = run_as {
-        write_file_synced(
+        files.push(write_file(
             &staging.join(super::RUN_AS_FILE),
             &serde_json::to_vec(run_as)?,
-        )?;
+        )?);
     }
-    write_file_synced(&staging.join(SPEC_FILE), &serde_json::to_vec(spec)?)?;
-    sync_dir(staging)
+    files.push(write_file(
+        &staging.join(SPEC_FILE),
+        &serde_json::to_vec(spec)?,
+    )?);
+    files.push(File::open(staging)?);
+    if let Some(dir) = sync_with {
+        files.push(File::open(dir)?);
+    }
+    sync_together(&files.iter().collect::<Vec<_>>())
 }
 
 /// Marks the execution as stopping. Returns false if it does not exist.

@@ -33,8 +33,9 @@
 //!   shares the fsync that makes its claimed generation durable, `remove` the one
 //!   of its tombstone, `stop` pays one. A newer fence deletes the records it
 //!   supersedes only after it is durable, so a crash leaves the new record, the old
-//!   one, or both (the highest counts), never none. A new sandbox directory is made
-//!   durable in the driver directory before anything is recorded in it. A crash
+//!   one, or both (the highest counts), never none. A new sandbox directory's entry in
+//!   the driver directory is fsynced with its first fence, both at once (one
+//!   wait, [`sync_together`]), before anything acts on it. A crash
 //!   after recording a fence and before the effect leaves a fence that was seen and
 //!   an effect not done: harmless, the fence only ever refuses lower ones. Records
 //!   of the first release are still read (and superseded by the next fence).
@@ -56,7 +57,7 @@ use serde::{Deserialize, Serialize};
 use crate::{DriverError, Fence};
 
 use super::driver::io_uncertain;
-use super::records::{create_record, parent_of, read_record, sync_dir};
+use super::records::{create_record, parent_of, read_record, sync_together};
 use super::*;
 
 /// The sandbox's tombstone: it was removed, by which fence, and when (wall clock,
@@ -85,11 +86,12 @@ pub(crate) fn lock_path(sandbox_dir: &Path) -> PathBuf {
     sandbox_dir.join(SANDBOX_LOCK_FILE)
 }
 
-/// Creates the sandbox directory if it does not exist, durably: its entry in the
-/// driver directory is fsynced before anything is recorded inside it.
+/// Creates the sandbox directory if it does not exist. Not fsynced here: its entry
+/// in the driver directory is made durable together with the sandbox's first fence
+/// (see [`AdmittedFence::sync`]), before anything acts on what it records.
 pub(crate) fn ensure_sandbox_dir(sandbox_dir: &Path) -> io::Result<()> {
     match fs::create_dir(sandbox_dir) {
-        Ok(()) => sync_dir(parent_of(sandbox_dir)),
+        Ok(()) => Ok(()),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(error) => Err(error),
     }
@@ -367,9 +369,34 @@ fn create_name(path: &Path) -> io::Result<()> {
 #[derive(Debug)]
 pub(crate) struct AdmittedFence {
     superseded: Vec<PathBuf>,
+    /// No fence was recorded before this one: the sandbox directory may be new,
+    /// and its entry in the driver directory not durable yet.
+    first: bool,
 }
 
 impl AdmittedFence {
+    /// The directory whose fsync makes the sandbox directory's own entry durable
+    /// (the driver directory), when this is the sandbox's first fence; `None`
+    /// otherwise (the step that recorded the earlier fence made it durable).
+    ///
+    /// Tied to the first fence rather than to "this call created the directory":
+    /// a call that finds the directory made by another one, not fsynced yet,
+    /// finds no fence in it either, so it syncs the entry itself.
+    pub(crate) fn parent_to_sync<'a>(&self, sandbox_dir: &'a Path) -> Option<&'a Path> {
+        self.first.then(|| parent_of(sandbox_dir))
+    }
+
+    /// Makes the fence durable: fsyncs the sandbox directory, which holds its
+    /// name (and whatever else the step created in it), together with the driver
+    /// directory for the sandbox's first fence ([`sync_together`]: one wait).
+    pub(crate) fn sync(&self, sandbox_dir: &Path) -> io::Result<()> {
+        let sandbox = File::open(sandbox_dir)?;
+        match self.parent_to_sync(sandbox_dir) {
+            Some(parent) => sync_together(&[&sandbox, &File::open(parent)?]),
+            None => sync_together(&[&sandbox]),
+        }
+    }
+
     /// Deletes the records the new fence superseded. Only after the new one is
     /// durable: a crash must never leave no fence at all. Not fsynced: a lower
     /// record that survives a crash is ignored beside the higher one and deleted
@@ -414,12 +441,13 @@ pub(crate) fn admit_fence(
     let path = sandbox_dir.join(fence_name(fence));
     create_name(&path)
         .map_err(|error| io_uncertain("recording the fence of", sandbox_dir, error))?;
+    let first = records.highest.is_none();
     let superseded = records
         .fence_paths
         .into_iter()
         .filter(|recorded| *recorded != path)
         .collect();
-    Ok(AdmittedFence { superseded })
+    Ok(AdmittedFence { superseded, first })
 }
 
 /// Records the sandbox's tombstone (by `fence`, now) unless it has one. Call with

@@ -69,9 +69,11 @@
 //! Each fsync is a flush of the disk's cache on the path of an effect, so each one
 //! is there for a reason, and the rest are left out on purpose:
 //!
-//! - `launch` (deciding step): the new sandbox directory in the driver directory,
-//!   `spec.json` and the staging directory, and the sandbox directory after the
-//!   rename (which also makes the fence record durable). The shim: `shim.json`'s
+//! - `launch` (deciding step): the new sandbox directory in the driver directory
+//!   (for the sandbox's first fence), `spec.json` and the staging directory, all
+//!   three issued at once and waited for as one (`records::sync_together`: they
+//!   join one journal commit), then the sandbox directory after the rename (which
+//!   also makes the fence record durable): two waits, not four. The shim: `shim.json`'s
 //!   content (its name becomes durable with the next fsync of the execution
 //!   directory, which every path that acts on the claim takes: `command.json`
 //!   before the command runs, `exit.json` or `rejected.json` when it does not; a
@@ -83,7 +85,9 @@
 //!   name (never give a partial record), and then the execution of a boot that
 //!   is over reads as `Absent` (resolved by observation as lost), not `Exited`.
 //! - `remove`: the sandbox directory, once, for the fence and the tombstone,
-//!   before anything is stopped. Deleting the executions' files afterwards is not
+//!   before anything is stopped. A `stop` or `remove` that records a sandbox's
+//!   first fence fsyncs the driver directory (the sandbox directory's entry) at
+//!   the same time. Deleting the executions' files afterwards is not
 //!   fsynced: what a crash brings back is ignored beside the tombstone.
 //!
 //! # Fencing (see the crate's "Fencing reaches the effect")
