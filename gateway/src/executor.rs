@@ -1027,35 +1027,37 @@ impl Executor {
                     .await;
                 drop(permit);
                 match inspected {
-                Ok(ExecutionStatus::Exited { code }) => {
-                    self.complete(
-                        term,
-                        Command::ObserveExit {
-                            sandbox_id,
-                            of,
-                            generation,
-                            exit_code: code,
-                        },
-                    )
-                    .await
-                }
-                Ok(ExecutionStatus::Running { .. }) => Retry::No,
-                Ok(ExecutionStatus::Absent) => {
-                    warn!("a READY execution is gone without an exit status: recording it as lost");
-                    self.complete(
-                        term,
-                        Command::ObserveLost {
-                            sandbox_id,
-                            of,
-                            generation,
-                        },
-                    )
-                    .await
-                }
-                Err(error) => {
-                    warn!(%error, "inspection failed");
-                    Retry::After
-                }
+                    Ok(ExecutionStatus::Exited { code }) => {
+                        self.complete(
+                            term,
+                            Command::ObserveExit {
+                                sandbox_id,
+                                of,
+                                generation,
+                                exit_code: code,
+                            },
+                        )
+                        .await
+                    }
+                    Ok(ExecutionStatus::Running { .. }) => Retry::No,
+                    Ok(ExecutionStatus::Absent) => {
+                        warn!(
+                            "a READY execution is gone without an exit status: recording it as lost"
+                        );
+                        self.complete(
+                            term,
+                            Command::ObserveLost {
+                                sandbox_id,
+                                of,
+                                generation,
+                            },
+                        )
+                        .await
+                    }
+                    Err(error) => {
+                        warn!(%error, "inspection failed");
+                        Retry::After
+                    }
                 }
             }
         }
