@@ -523,9 +523,8 @@ impl Executor {
         tasks.spawn(
             async move {
                 let sandbox_id = work.sandbox_id.clone();
-                let retry = this.perform(term, work).await;
+                let retry = this.perform(term, work, permit).await;
                 drop(claim);
-                drop(permit);
                 drop(inspection);
                 (sandbox_id, retry)
             }
@@ -862,8 +861,19 @@ impl Executor {
         })
     }
 
-    /// Performs one effect and proposes its completion.
-    async fn perform(&self, term: u64, work: Work) -> Retry {
+    /// Performs one effect and proposes its completion. `permit` is the
+    /// effect's driver-call slot ([`ExecutorConfig::effects_in_flight_max`]):
+    /// it is released once the driver answered, before the completion is
+    /// proposed and committed. Held through the commit, the slots would cap
+    /// operations at `effects_in_flight_max` per commit round trip, however
+    /// fast the driver; the sandbox's claim (one effect per sandbox) is
+    /// still held until the completion is applied.
+    async fn perform(
+        &self,
+        term: u64,
+        work: Work,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Retry {
         if let Some(kind) = work.kind {
             self.fault_point(FaultPoint::BeginCommitted {
                 sandbox_id: work.sandbox_id.clone(),
@@ -946,6 +956,7 @@ impl Executor {
                         return Retry::After;
                     }
                 };
+                drop(permit);
                 self.complete(
                     term,
                     Command::CompleteLaunch {
@@ -982,6 +993,7 @@ impl Executor {
                         return Retry::After;
                     }
                 };
+                drop(permit);
                 self.complete(
                     term,
                     Command::CompleteStop {
@@ -1005,43 +1017,49 @@ impl Executor {
                         return Retry::After;
                     }
                 }
+                drop(permit);
                 self.complete(term, Command::CompleteDelete { sandbox_id, of })
                     .await
             }
-            None => match self
-                .effect("inspect", driver.inspect(&sandbox_id, generation))
-                .await
-            {
-                Ok(ExecutionStatus::Exited { code }) => {
-                    self.complete(
-                        term,
-                        Command::ObserveExit {
-                            sandbox_id,
-                            of,
-                            generation,
-                            exit_code: code,
-                        },
-                    )
-                    .await
+            None => {
+                let inspected = self
+                    .effect("inspect", driver.inspect(&sandbox_id, generation))
+                    .await;
+                drop(permit);
+                match inspected {
+                    Ok(ExecutionStatus::Exited { code }) => {
+                        self.complete(
+                            term,
+                            Command::ObserveExit {
+                                sandbox_id,
+                                of,
+                                generation,
+                                exit_code: code,
+                            },
+                        )
+                        .await
+                    }
+                    Ok(ExecutionStatus::Running { .. }) => Retry::No,
+                    Ok(ExecutionStatus::Absent) => {
+                        warn!(
+                            "a READY execution is gone without an exit status: recording it as lost"
+                        );
+                        self.complete(
+                            term,
+                            Command::ObserveLost {
+                                sandbox_id,
+                                of,
+                                generation,
+                            },
+                        )
+                        .await
+                    }
+                    Err(error) => {
+                        warn!(%error, "inspection failed");
+                        Retry::After
+                    }
                 }
-                Ok(ExecutionStatus::Running { .. }) => Retry::No,
-                Ok(ExecutionStatus::Absent) => {
-                    warn!("a READY execution is gone without an exit status: recording it as lost");
-                    self.complete(
-                        term,
-                        Command::ObserveLost {
-                            sandbox_id,
-                            of,
-                            generation,
-                        },
-                    )
-                    .await
-                }
-                Err(error) => {
-                    warn!(%error, "inspection failed");
-                    Retry::After
-                }
-            },
+            }
         }
     }
 
@@ -1169,24 +1187,50 @@ impl Drop for InspectionRunning {
 /// O(sandboxes it changed), and an idle cluster costs nothing. A full scan
 /// happens only at the start of a term, or when the executor fell further
 /// behind than the retained changes.
+///
+/// Candidates are served first come, first served. When every effect slot
+/// is busy (more pending operations than `effects_in_flight_max`), the
+/// slots that free up go to the candidates that have waited longest; in
+/// any other order (e.g. by sandbox id) newer operations overtake older
+/// ones again and again, and an unlucky operation waits for as long as new
+/// ones keep arriving.
 #[derive(Default)]
 struct Agenda {
     /// The index of the last applied change reflected here (`None`: scan
     /// the whole state first).
     caught_up_to: Option<u64>,
-    /// Sandboxes that may have a pending operation not yet handed to a task.
-    candidates: std::collections::BTreeSet<String>,
+    /// Sandboxes that may have a pending operation not yet handed to a
+    /// task, by arrival (a sandbox already queued keeps its place).
+    queue: std::collections::BTreeMap<u64, String>,
+    /// Each queued sandbox's place in `queue`.
+    places: HashMap<String, u64>,
+    /// The place the next new candidate takes.
+    next_place: u64,
     /// The last sandbox id the previous observe round visited.
     inspected_up_to: Option<String>,
 }
 
 impl Agenda {
+    /// Queues `sandbox_id` last, unless it is already queued.
     fn insert(&mut self, sandbox_id: String) {
-        self.candidates.insert(sandbox_id);
+        if self.places.contains_key(&sandbox_id) {
+            return;
+        }
+        let place = self.next_place;
+        self.next_place += 1;
+        self.places.insert(sandbox_id.clone(), place);
+        self.queue.insert(place, sandbox_id);
     }
 
     fn remove(&mut self, sandbox_id: &str) {
-        self.candidates.remove(sandbox_id);
+        if let Some(place) = self.places.remove(sandbox_id) {
+            self.queue.remove(&place);
+        }
+    }
+
+    /// The queued sandboxes, longest waiting first.
+    fn queued(&self) -> impl Iterator<Item = &String> {
+        self.queue.values()
     }
 
     /// Adds the sandboxes changed since the last call.
@@ -1196,7 +1240,7 @@ impl Agenda {
         {
             for event in events {
                 self.caught_up_to = Some(event.index);
-                self.candidates.insert(event.sandbox.id);
+                self.insert(event.sandbox.id);
             }
             return;
         }
@@ -1210,7 +1254,9 @@ impl Agenda {
                 .collect();
             (applied.last_applied.map_or(0, |id| id.index), pending)
         });
-        self.candidates.extend(pending);
+        for sandbox_id in pending {
+            self.insert(sandbox_id);
+        }
         self.caught_up_to = Some(index);
     }
 
@@ -1222,7 +1268,7 @@ impl Agenda {
         limit: usize,
         busy: impl Fn(&str) -> bool,
     ) -> Vec<Work> {
-        if limit == 0 || self.candidates.is_empty() {
+        if limit == 0 || self.queue.is_empty() {
             return Vec::new();
         }
         let mut settled = Vec::new();
@@ -1231,7 +1277,7 @@ impl Agenda {
                 return Vec::new();
             };
             let mut work = Vec::new();
-            for sandbox_id in &self.candidates {
+            for sandbox_id in self.queued() {
                 if work.len() == limit {
                     break;
                 }
@@ -1247,7 +1293,7 @@ impl Agenda {
             work
         });
         for sandbox_id in settled {
-            self.candidates.remove(&sandbox_id);
+            self.remove(&sandbox_id);
         }
         work
     }
@@ -1334,5 +1380,39 @@ impl Work {
                 .map(|operation| operation.request_ids.clone())
                 .unwrap_or_default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Agenda;
+
+    fn queued(agenda: &Agenda) -> Vec<&str> {
+        agenda.queued().map(String::as_str).collect()
+    }
+
+    /// Free effect slots go to the longest-waiting candidates, not to the
+    /// smallest sandbox ids: random ids in id order let new operations
+    /// overtake old ones for as long as new ones arrive (issue 18's
+    /// 256-client p99 above one second).
+    #[test]
+    fn agenda_serves_candidates_in_arrival_order() {
+        let mut agenda = Agenda::default();
+        for id in ["f3", "a1", "c2"] {
+            agenda.insert(id.to_string());
+        }
+        assert_eq!(queued(&agenda), ["f3", "a1", "c2"]);
+        // Queued again (a later change of the same sandbox): keeps its place.
+        agenda.insert("f3".to_string());
+        assert_eq!(queued(&agenda), ["f3", "a1", "c2"]);
+        // Handed to a task, then back (its task ended): now last.
+        agenda.remove("f3");
+        agenda.insert("0a".to_string());
+        agenda.insert("f3".to_string());
+        assert_eq!(queued(&agenda), ["a1", "c2", "0a", "f3"]);
+        agenda.remove("c2");
+        agenda.remove("not-queued");
+        assert_eq!(queued(&agenda), ["a1", "0a", "f3"]);
+        assert_eq!(agenda.places.len(), 3);
     }
 }
