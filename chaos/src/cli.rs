@@ -100,7 +100,8 @@ pub struct RunArgs {
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
     /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack,
-    /// driver-fence-off, proposer-clock-receipts, accept-forwarded-internal.
+    /// driver-fence-off, proposer-clock-receipts, accept-forwarded-internal,
+    /// save-older-snapshot.
     #[arg(long)]
     pub plant: Vec<String>,
     /// Also write, per campaign, the history, the fault timeline and an
@@ -145,9 +146,12 @@ pub fn plant(names: &[String]) -> Result<(), String> {
                     palisade_lifecycle::planted::ACCEPT_FORWARDED_INTERNAL
                         .store(true, Ordering::SeqCst)
                 }
+                "save-older-snapshot" => {
+                    palisade_storage::planted::SAVE_OLDER_SNAPSHOT.store(true, Ordering::SeqCst)
+                }
                 other => {
                     return Err(format!(
-                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack, driver-fence-off, proposer-clock-receipts or accept-forwarded-internal"
+                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack, driver-fence-off, proposer-clock-receipts, accept-forwarded-internal or save-older-snapshot"
                     ));
                 }
             }

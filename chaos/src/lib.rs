@@ -33,6 +33,8 @@
 //!   where the nemesis hands leadership off or crashes the leader.
 //! - [`cluster`]: the in-process cluster: start, crash, restart, pause.
 //! - [`nemesis`]: the fault schedule.
+//! - [`snapshot_race`]: the handoff that makes a snapshot build finish
+//!   after a newer snapshot was installed.
 //! - [`workload`]: concurrent gRPC clients recording the history.
 //! - [`campaign`]: one seeded run, end to end, and its [`campaign::Report`].
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
@@ -59,6 +61,7 @@ pub mod process;
 pub mod projection;
 pub mod proxy;
 pub mod report_dir;
+pub mod snapshot_race;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};

@@ -4,7 +4,7 @@
 //!
 //! | kind | what it does |
 //! |---|---|
-//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. Every other handoff is a *ping-pong* at the begin-committed point of a launch: leadership moves away while the old leader's task is held, the new leader finishes the operation, the nemesis deletes the sandbox through the API (recorded in the history as client `nemesis`), leadership moves *back*, and the held task goes on — in a replica that leads again, in a newer term, so only the term fence stands between it and a launch of a deleted sandbox. |
+//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot, between a snapshot build's copy and its save) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. Every other handoff is a *ping-pong* at the begin-committed point of a launch: leadership moves away while the old leader's task is held, the new leader finishes the operation, the nemesis deletes the sandbox through the API (recorded in the history as client `nemesis`), leadership moves *back*, and the held task goes on — in a replica that leads again, in a newer term, so only the term fence stands between it and a launch of a deleted sandbox. |
 //! | `kill` | crashes a replica (the leader more often than not), restarts it from disk after a while |
 //! | `pause` | freezes a replica (see [`crate::cluster`]), resumes it after a while |
 //! | `partition` | isolates a replica, splits the cluster, or adds message loss, delay, duplication and lost answers on every link; heals after a while |
@@ -191,19 +191,19 @@ pub struct Nemesis {
 }
 
 impl Nemesis {
-    fn ms(&mut self, low: u64, high: u64) -> Duration {
+    pub(crate) fn ms(&mut self, low: u64, high: u64) -> Duration {
         Duration::from_millis(self.rng.random_range(low..=high))
     }
 
     /// Records an injected fault; returns its position in the history
     /// (see [`History::fault_ended`]).
-    fn count(&mut self, kind: String, detail: String) -> Option<usize> {
+    pub(crate) fn count(&mut self, kind: String, detail: String) -> Option<usize> {
         *self.counts.entry(kind.clone()).or_default() += 1;
         self.history.injected(kind, detail)
     }
 
     /// Records a fault that did not take place (not counted as injected).
-    fn miss(&mut self, kind: String, detail: String) {
+    pub(crate) fn miss(&mut self, kind: String, detail: String) {
         self.history.fault(format!("missed:{kind}"), detail);
         *self.missed.entry(kind).or_default() += 1;
     }
@@ -218,7 +218,7 @@ impl Nemesis {
         }
     }
 
-    fn other_than(&mut self, node: NodeId) -> Option<NodeId> {
+    pub(crate) fn other_than(&mut self, node: NodeId) -> Option<NodeId> {
         let others: Vec<NodeId> = self
             .cluster
             .node_ids()
@@ -331,7 +331,7 @@ impl Nemesis {
         self.history.fault_ended(fault);
     }
 
-    fn restart(&mut self, node: NodeId) {
+    pub(crate) fn restart(&mut self, node: NodeId) {
         match self.cluster.restart(node) {
             Ok(()) => self
                 .history
@@ -425,6 +425,17 @@ impl Nemesis {
     /// transfer or a crash at random.
     fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
         self.handoffs += 1;
+        if self.handoffs == 2 {
+            // The snapshot race once early in every campaign: a short one
+            // sees few handoffs, and only this one reaches a snapshot save.
+            return (
+                PointKind::SnapshotBuild,
+                PointAction::HoldBuild {
+                    wait_max: crate::snapshot_race::HOLD_MAX,
+                },
+                None,
+            );
+        }
         if self.handoffs % 2 == 1 {
             let wait_max = self.ms(2_000, 3_000);
             // The stall first: a short campaign may see only one.
@@ -444,9 +455,19 @@ impl Nemesis {
             PointKind::EffectDone,
             PointKind::Forwarding,
             PointKind::SnapshotInstall,
+            PointKind::SnapshotBuild,
         ]
         .choose(&mut self.rng)
         .unwrap_or(&PointKind::EffectDone);
+        if kind == PointKind::SnapshotBuild {
+            return (
+                kind,
+                PointAction::HoldBuild {
+                    wait_max: crate::snapshot_race::HOLD_MAX,
+                },
+                None,
+            );
+        }
         let action = if self.rng.random_bool(0.5) {
             PointAction::Transfer {
                 hold: self.ms(20, 800),
@@ -459,6 +480,10 @@ impl Nemesis {
 
     async fn handoff(&mut self, stop: &mut watch::Receiver<bool>) {
         let (kind, action, operations) = self.next_handoff();
+        if let PointAction::HoldBuild { wait_max } = action {
+            self.snapshot_race(wait_max, stop).await;
+            return;
+        }
         let mut snapshot_follower = None;
         if kind == PointKind::SnapshotInstall {
             // Make a follower need a snapshot: away while the log moves on
@@ -608,6 +633,14 @@ impl Nemesis {
                 self.restart(victim);
                 self.history.fault_ended(fault);
             }
+            // Armed only by `snapshot_race`, which waits for it itself.
+            PointAction::HoldBuild { .. } => {
+                drop(done);
+                self.miss(
+                    label,
+                    format!("{point:?} at node {node}: not expected here"),
+                );
+            }
         }
     }
 
@@ -679,7 +712,7 @@ impl Nemesis {
 
     /// Disarms the fault points and lets go any task that reached one
     /// just before (a stale trigger must not be acted on later).
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.triggers.disarm();
         while let Ok(fired) = self.fired.try_recv() {
             drop(fired.done);
