@@ -48,7 +48,9 @@ pub struct RunArgs {
     #[arg(long = "ops", default_value_t = 400)]
     pub operations: usize,
     /// Faults to inject, comma-separated: handoff, kill, pause, partition,
-    /// driver, clock, forge; or `all` (in `--mode process`: the first five),
+    /// driver, clock, forge, membership (add a learner, promote it, remove
+    /// a voter, re-add it, on a spare replica slot); or `all` (in
+    /// `--mode process`: the first five),
     /// or `none`. A requested nemesis that never fires makes the campaign
     /// fail (exit 3, "vacuous").
     #[arg(long, default_value = "all")]

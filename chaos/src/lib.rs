@@ -33,6 +33,8 @@
 //!   where the nemesis hands leadership off or crashes the leader.
 //! - [`cluster`]: the in-process cluster: start, crash, restart, pause.
 //! - [`nemesis`]: the fault schedule.
+//! - [`membership`]: the `membership` nemesis (add a learner, promote,
+//!   remove, re-add) and the end-of-campaign membership check.
 //! - [`snapshot_race`]: the handoff that makes a snapshot build finish
 //!   after a newer snapshot was installed.
 //! - [`workload`]: concurrent gRPC clients recording the history.
@@ -54,6 +56,7 @@ pub mod history;
 pub mod host;
 pub mod linearizability;
 pub mod links;
+pub mod membership;
 pub mod model;
 pub mod nemesis;
 pub mod points;

@@ -11,6 +11,7 @@
 //! | `driver` | makes the shared driver slow, refusing, uncertain (before or after the effect) or hanging, for a while |
 //!
 //! | `clock` | skews one replica's wall clock (the clock its requests and ticks are stamped with) far behind or ahead — more than the receipt retention — or by a few seconds, jumping at once, and sets it right after a while |
+//! | `membership` | the next step of a cycle through the admin API: start the spare replica slot empty and add it as a learner, promote it to voter, remove a voter that does not lead (then crash it and delete its files), re-add it later (see [`crate::membership`]) |
 //! | `forge` | sends the leader a forged peer message: a leader-internal command (the completion of an operation in flight, an observation that a running execution was lost, a tick) as a `ForwardWrite` claiming to come from a member; the leader must refuse it (PERMISSION_DENIED), and an accepted one is recorded as `forge-accepted` |
 //!
 //! # Density: faults in time, on lanes
@@ -18,7 +19,7 @@
 //! Faults are scheduled in time for the whole campaign — a fault, a heal,
 //! a short quiet, the next fault — on independent *lanes*, each with its
 //! own RNG drawn from the seed: the **cluster lane** (`handoff`, `kill`,
-//! `pause`, `partition`) injects one fault at a time, in shuffled rounds
+//! `pause`, `partition`, `membership`) injects one fault at a time, in shuffled rounds
 //! of its kinds, which keeps a quorum available most of the time so the
 //! workload makes progress; the `driver`, `clock` and `forge` lanes run
 //! beside it, since none of them takes a replica away. Faults still
@@ -77,11 +78,14 @@ pub enum NemesisKind {
     /// Forged peer messages: leader-internal commands forwarded to the
     /// leader.
     Forge,
+    /// Membership changes under load: add a learner, promote it, remove a
+    /// voter, re-add it ([`crate::membership`]).
+    Membership,
 }
 
 impl NemesisKind {
     /// Every kind.
-    pub const ALL: [NemesisKind; 7] = [
+    pub const ALL: [NemesisKind; 8] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
         NemesisKind::Pause,
@@ -89,10 +93,11 @@ impl NemesisKind {
         NemesisKind::Driver,
         NemesisKind::Clock,
         NemesisKind::Forge,
+        NemesisKind::Membership,
     ];
 
-    /// The kinds the process mode can inject (`clock` and `forge` reach
-    /// into a replica: in-process only).
+    /// The kinds the process mode can inject (`clock`, `forge` and
+    /// `membership` reach into a replica or its slots: in-process only).
     pub const PROCESS_MODE: [NemesisKind; 5] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
@@ -105,7 +110,11 @@ impl NemesisKind {
     pub fn is_cluster_lane(self) -> bool {
         matches!(
             self,
-            NemesisKind::Handoff | NemesisKind::Kill | NemesisKind::Pause | NemesisKind::Partition
+            NemesisKind::Handoff
+                | NemesisKind::Kill
+                | NemesisKind::Pause
+                | NemesisKind::Partition
+                | NemesisKind::Membership
         )
     }
 
@@ -119,6 +128,7 @@ impl NemesisKind {
             NemesisKind::Driver => "driver",
             NemesisKind::Clock => "clock",
             NemesisKind::Forge => "forge",
+            NemesisKind::Membership => "membership",
         }
     }
 
@@ -151,7 +161,7 @@ impl FromStr for NemesisKind {
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge (or all)"
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership (or all)"
                 )
             })
     }
@@ -316,6 +326,7 @@ impl Nemesis {
                 NemesisKind::Kill => self.kill().await,
                 NemesisKind::Pause => self.pause().await,
                 NemesisKind::Partition => self.partition().await,
+                NemesisKind::Membership => self.membership().await,
                 NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
             }
         }
@@ -736,6 +747,11 @@ impl Nemesis {
         self.disarm();
         self.links.heal();
         self.host.set_plan(FaultPlan::default());
+        if self.kinds.contains(&NemesisKind::Membership) {
+            // A change whose answer was lost may have landed meanwhile.
+            let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+            self.sync_members().await;
+        }
         for node in self.cluster.node_ids() {
             if self.cluster.is_paused(node) {
                 self.cluster.resume(node);
