@@ -333,6 +333,11 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
         postgres_url: postgres.as_ref().map(|postgres| postgres.url().to_string()),
         // The `membership` nemesis joins a spare slot and retires members.
         spares: u64::from(config.nemeses.contains(&NemesisKind::Membership)),
+        // The `storage` nemesis needs the fault-injecting log store.
+        disk_faults: config
+            .nemeses
+            .contains(&NemesisKind::Storage)
+            .then(Default::default),
         ..ClusterConfig::chaos(config.replicas)
     };
     let cluster = Arc::new(Cluster::start(

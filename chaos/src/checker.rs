@@ -11,6 +11,7 @@
 //! | delete acknowledged only after the driver removed everything | effects vs. answers | `delete-before-cleanup` |
 //! | after healing: no operation left in flight, driver and state agree | final state, host | `operation-stuck`, `orphan-execution` |
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
+//! | a replica whose log append failed stops (fail-stop) | `storage` nemesis events | `storage-fault-ignored` |
 //! | after membership changes: one configuration, every member running and agreeing on it | the members' Raft metrics | `membership-invalid` |
 //! | the PostgreSQL projection equal to the state (with `--postgres`) | projection rows | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
@@ -154,6 +155,20 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
+    for event in evidence
+        .faults
+        .iter()
+        .filter(|event| event.kind == "storage-not-fail-stopped")
+    {
+        anomalies.push(Anomaly {
+            kind: "storage-fault-ignored",
+            message: format!(
+                "{} (a replica whose log append failed must stop serving)",
+                event.detail
+            ),
+            excerpt: vec![format!("{:>9} {}", seconds(event.at_us), event.detail)],
+        });
+    }
     if let Some(Err(message)) = &evidence.membership {
         anomalies.push(Anomaly {
             kind: "membership-invalid",

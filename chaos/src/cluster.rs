@@ -69,6 +69,9 @@ pub struct ClusterConfig {
     /// started; the `membership` nemesis joins them to the cluster and
     /// retires members into them.
     pub spares: u64,
+    /// The storage faults every replica's log store runs behind (the
+    /// `storage` nemesis); `None`: the plain log store.
+    pub disk_faults: Option<Arc<crate::storage::DiskFaults>>,
 }
 
 impl ClusterConfig {
@@ -98,6 +101,7 @@ impl ClusterConfig {
             },
             postgres_url: None,
             spares: 0,
+            disk_faults: None,
         }
     }
 }
@@ -327,6 +331,11 @@ impl Cluster {
             link_faults: Some(self.link_faults.clone()),
             fault_points: Some(self.fault_points.clone()),
             clock: Some(slot.clock.clone()),
+            storage_faults: self
+                .config
+                .disk_faults
+                .clone()
+                .map(|faults| -> Arc<dyn palisade_raft::hooks::StorageFaults> { faults }),
             on_started: Some(Arc::new(move |running: RunningNode| {
                 *handed_over
                     .lock()
@@ -473,6 +482,23 @@ impl Cluster {
         {
             running.paused = None;
         }
+    }
+
+    /// True if the replica stopped on its own (fail-stop: its thread
+    /// ended without a crash).
+    pub fn has_stopped(&self, node_id: NodeId) -> bool {
+        self.slot(node_id).is_some_and(|slot| {
+            slot.running
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_ref()
+                .is_some_and(|running| running.thread.is_finished())
+        })
+    }
+
+    /// The storage faults the replicas run behind, if any.
+    pub fn disk_faults(&self) -> Option<Arc<crate::storage::DiskFaults>> {
+        self.config.disk_faults.clone()
     }
 
     /// True while the replica is paused.

@@ -35,6 +35,8 @@
 //! - [`nemesis`]: the fault schedule.
 //! - [`membership`]: the `membership` nemesis (add a learner, promote,
 //!   remove, re-add) and the end-of-campaign membership check.
+//! - [`storage`]: the `storage` nemesis (faults in one replica's log
+//!   store) and its [`storage::DiskFaults`].
 //! - [`snapshot_race`]: the handoff that makes a snapshot build finish
 //!   after a newer snapshot was installed.
 //! - [`workload`]: concurrent gRPC clients recording the history.
@@ -65,6 +67,7 @@ pub mod projection;
 pub mod proxy;
 pub mod report_dir;
 pub mod snapshot_race;
+pub mod storage;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};

@@ -12,6 +12,7 @@
 //!
 //! | `clock` | skews one replica's wall clock (the clock its requests and ticks are stamped with) far behind or ahead — more than the receipt retention — or by a few seconds, jumping at once, and sets it right after a while |
 //! | `membership` | the next step of a cycle through the admin API: start the spare replica slot empty and add it as a learner, promote it to voter, remove a voter that does not lead (then crash it and delete its files), re-add it later (see [`crate::membership`]) |
+//! | `storage` | the next append to one replica's Raft log fails (fsync error, disk full: the replica must fail-stop) or is torn (half the batch written, then a crash); the replica is restarted from its files (see [`crate::storage`]) |
 //! | `forge` | sends the leader a forged peer message: a leader-internal command (the completion of an operation in flight, an observation that a running execution was lost, a tick) as a `ForwardWrite` claiming to come from a member; the leader must refuse it (PERMISSION_DENIED), and an accepted one is recorded as `forge-accepted` |
 //!
 //! # Density: faults in time, on lanes
@@ -19,7 +20,7 @@
 //! Faults are scheduled in time for the whole campaign — a fault, a heal,
 //! a short quiet, the next fault — on independent *lanes*, each with its
 //! own RNG drawn from the seed: the **cluster lane** (`handoff`, `kill`,
-//! `pause`, `partition`, `membership`) injects one fault at a time, in shuffled rounds
+//! `pause`, `partition`, `membership`, `storage`) injects one fault at a time, in shuffled rounds
 //! of its kinds, which keeps a quorum available most of the time so the
 //! workload makes progress; the `driver`, `clock` and `forge` lanes run
 //! beside it, since none of them takes a replica away. Faults still
@@ -81,11 +82,14 @@ pub enum NemesisKind {
     /// Membership changes under load: add a learner, promote it, remove a
     /// voter, re-add it ([`crate::membership`]).
     Membership,
+    /// Faults in one replica's log store: fsync error, disk full, a torn
+    /// write before a crash ([`crate::storage`]).
+    Storage,
 }
 
 impl NemesisKind {
     /// Every kind.
-    pub const ALL: [NemesisKind; 8] = [
+    pub const ALL: [NemesisKind; 9] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
         NemesisKind::Pause,
@@ -94,10 +98,12 @@ impl NemesisKind {
         NemesisKind::Clock,
         NemesisKind::Forge,
         NemesisKind::Membership,
+        NemesisKind::Storage,
     ];
 
-    /// The kinds the process mode can inject (`clock`, `forge` and
-    /// `membership` reach into a replica or its slots: in-process only).
+    /// The kinds the process mode can inject (`clock`, `forge`,
+    /// `membership` and `storage` reach into a replica or its slots:
+    /// in-process only).
     pub const PROCESS_MODE: [NemesisKind; 5] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
@@ -115,6 +121,7 @@ impl NemesisKind {
                 | NemesisKind::Pause
                 | NemesisKind::Partition
                 | NemesisKind::Membership
+                | NemesisKind::Storage
         )
     }
 
@@ -129,6 +136,7 @@ impl NemesisKind {
             NemesisKind::Clock => "clock",
             NemesisKind::Forge => "forge",
             NemesisKind::Membership => "membership",
+            NemesisKind::Storage => "storage",
         }
     }
 
@@ -161,7 +169,7 @@ impl FromStr for NemesisKind {
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership (or all)"
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership, storage (or all)"
                 )
             })
     }
@@ -219,7 +227,7 @@ impl Nemesis {
     }
 
     /// A victim: the leader with probability 0.6, else any replica.
-    fn victim(&mut self) -> NodeId {
+    pub(crate) fn victim(&mut self) -> NodeId {
         let nodes = self.cluster.node_ids();
         let leader = self.cluster.leader();
         match leader {
@@ -327,6 +335,7 @@ impl Nemesis {
                 NemesisKind::Pause => self.pause().await,
                 NemesisKind::Partition => self.partition().await,
                 NemesisKind::Membership => self.membership().await,
+                NemesisKind::Storage => self.storage(&mut stop).await,
                 NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
             }
         }

@@ -393,7 +393,8 @@ async fn nemesis(
                 NemesisKind::Driver
                 | NemesisKind::Clock
                 | NemesisKind::Forge
-                | NemesisKind::Membership,
+                | NemesisKind::Membership
+                | NemesisKind::Storage,
             )
             | None => {}
         }

@@ -166,3 +166,29 @@ pub trait FaultPoints: Send + Sync + Debug + 'static {
         let _ = (node, index);
     }
 }
+
+/// What happens to one append to the Raft log ([`StorageFaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendFault {
+    /// Written normally.
+    Proceed,
+    /// Nothing written; the append fails with this error (an fsync error,
+    /// a full disk). openraft stops the replica's Raft on a storage error:
+    /// the replica fail-stops.
+    Fail(std::io::ErrorKind),
+    /// Only the first `keep` entries of the batch are written and made
+    /// durable; the append never completes (the write was cut short, and
+    /// the harness crashes the replica before it would have finished).
+    Torn {
+        /// Entries of the batch that reach the disk.
+        keep: usize,
+    },
+}
+
+/// Consulted before every append to a replica's Raft log, when the
+/// replica runs with [`crate::faulty_log::FaultyLogStore`]. Quick and
+/// non-blocking.
+pub trait StorageFaults: Send + Sync + Debug + 'static {
+    /// The fate of an append of `entries` entries on node `node`.
+    fn append(&self, node: NodeId, entries: usize) -> AppendFault;
+}
