@@ -49,7 +49,9 @@ pub struct RunArgs {
     pub operations: usize,
     /// Faults to inject, comma-separated: handoff, kill, pause, partition,
     /// driver, clock, forge, membership (add a learner, promote it, remove
-    /// a voter, re-add it, on a spare replica slot); or `all` (in
+    /// a voter, re-add it, on a spare replica slot), storage (the next
+    /// append to one replica's Raft log fails — fsync error, disk full —
+    /// or is torn before a crash); or `all` (in
     /// `--mode process`: the first five),
     /// or `none`. A requested nemesis that never fires makes the campaign
     /// fail (exit 3, "vacuous").
