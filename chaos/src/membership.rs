@@ -116,6 +116,58 @@ fn admin(cluster: &Cluster, node: NodeId) -> Option<ClusterAdminClient<tonic::tr
     Some(ClusterAdminClient::new(channel))
 }
 
+/// The change that finishes a joint membership left by a change cut
+/// short (`None`: not joint): promote again what the newest configuration
+/// adds, or remove again what it drops.
+fn finish_joint(cluster: &Cluster) -> Option<Step> {
+    let leader = cluster.leader()?;
+    let raft = cluster.raft(leader)?;
+    let metrics = raft.metrics().borrow_watched().clone();
+    let joint = metrics
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .clone();
+    let (oldest, newest) = (joint.first()?, joint.last()?);
+    if joint.len() < 2 {
+        return None;
+    }
+    if let Some(added) = newest.difference(oldest).next() {
+        return Some(Step::Promote(*added));
+    }
+    oldest
+        .difference(newest)
+        .next()
+        .map(|dropped| Step::Remove(*dropped))
+}
+
+/// Finishes, through the admin API, a joint membership a change cut short
+/// left (bounded tries; at the end of a campaign).
+pub(crate) async fn finish_joint_changes(cluster: &Cluster) {
+    for _ in 0..3 {
+        let Some(step) = finish_joint(cluster) else {
+            return;
+        };
+        let Some(via) = cluster.leader() else {
+            return;
+        };
+        let Some(mut admin) = admin(cluster, via) else {
+            return;
+        };
+        let _ = match step {
+            Step::Promote(node) => admin
+                .promote_learner(v1::PromoteLearnerRequest { node_id: node })
+                .await
+                .map(drop),
+            Step::Remove(node) => admin
+                .remove_member(v1::RemoveMemberRequest { node_id: node })
+                .await
+                .map(drop),
+            Step::Add { .. } => return,
+        };
+    }
+}
+
 /// One membership change.
 enum Step {
     Promote(NodeId),
@@ -137,7 +189,11 @@ impl Nemesis {
             .into_iter()
             .filter(|node| !voters.contains(node) && !learners.contains(node))
             .collect();
-        let step = if let Some(&learner) = learners.iter().next() {
+        let step = if let Some(step) = finish_joint(&self.cluster) {
+            // A change cut short by a leader change: finish it first, as
+            // an operator retrying the command would.
+            step
+        } else if let Some(&learner) = learners.iter().next() {
             Step::Promote(learner)
         } else if let Some(&node) = spares.choose(&mut self.rng) {
             Step::Add {

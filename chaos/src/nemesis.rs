@@ -759,6 +759,7 @@ impl Nemesis {
         if self.kinds.contains(&NemesisKind::Membership) {
             // A change whose answer was lost may have landed meanwhile.
             let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+            crate::membership::finish_joint_changes(&self.cluster).await;
             self.sync_members().await;
         }
         for node in self.cluster.node_ids() {
