@@ -267,10 +267,25 @@ impl Nemesis {
                 )
             }
         };
+        let removed = match step {
+            Step::Remove(node) => Some(node),
+            _ => None,
+        };
         match result {
             Ok(()) => {
                 let fault = self.count(label.into(), detail);
-                self.sync_members().await;
+                // The removal committed (the call returns once the final
+                // configuration did): retire that node, and only it.
+                if let Some(node) = removed
+                    && leader_membership(&self.cluster).is_some_and(|(voters, learners, _)| {
+                        !voters.contains(&node) && !learners.contains(&node)
+                    })
+                {
+                    self.cluster.retire(node).await;
+                    self.history
+                        .fault("retired", format!("node {node} left the membership"));
+                }
+                self.sync_members(false).await;
                 self.history.fault_ended(fault);
             }
             Err(status) => {
@@ -278,20 +293,27 @@ impl Nemesis {
                     label.into(),
                     format!("{detail}: {:?} {}", status.code(), status.message()),
                 );
-                self.sync_members().await;
+                self.sync_members(false).await;
             }
         }
     }
 
-    /// Takes the harness's member set from the leader's membership: a
-    /// member that left is crashed and its files deleted; a slot started
-    /// to join that is not a member is stopped.
-    pub(crate) async fn sync_members(&mut self) {
+    /// Takes the harness's member set from the leader's membership. During
+    /// the campaign (`full` false) members are only added: a leader's
+    /// view may be stale there, and retiring (deleting the files of) a node
+    /// that is still a voter would be a lost disk, not a membership change.
+    /// When healing (`full`: the replicas agree on one leader), a member
+    /// that left is crashed and its files deleted. Either way a slot
+    /// started to join that is not a member is stopped.
+    pub(crate) async fn sync_members(&mut self, full: bool) {
         let Some((voters, learners, _)) = leader_membership(&self.cluster) else {
             return;
         };
-        let members: BTreeSet<NodeId> = voters.union(&learners).copied().collect();
         let before: BTreeSet<NodeId> = self.cluster.node_ids().into_iter().collect();
+        let mut members: BTreeSet<NodeId> = voters.union(&learners).copied().collect();
+        if !full {
+            members.extend(before.iter().copied());
+        }
         self.cluster.set_members(members.clone());
         for gone in before.difference(&members) {
             self.cluster.retire(*gone).await;

@@ -760,7 +760,8 @@ impl Nemesis {
             // A change whose answer was lost may have landed meanwhile.
             let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
             crate::membership::finish_joint_changes(&self.cluster).await;
-            self.sync_members().await;
+            let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+            self.sync_members(true).await;
         }
         for node in self.cluster.node_ids() {
             if self.cluster.is_paused(node) {
