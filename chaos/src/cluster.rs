@@ -251,6 +251,13 @@ impl Cluster {
     pub async fn retire(&self, node_id: NodeId) {
         self.crash(node_id).await;
         self.lock_members().remove(&node_id);
+        // Its files are gone: it may only ever join again, never found a
+        // cluster with the initial membership (a wiped founder started
+        // with `--initial-cluster` would).
+        self.joiners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(node_id);
         if let Some(slot) = self.slot(node_id) {
             let _ = std::fs::remove_dir_all(&slot.data_dir);
         }
