@@ -331,6 +331,13 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     };
     let cluster_config = ClusterConfig {
         postgres_url: postgres.as_ref().map(|postgres| postgres.url().to_string()),
+        // The `membership` nemesis joins a spare slot and retires members.
+        spares: u64::from(config.nemeses.contains(&NemesisKind::Membership)),
+        // The `storage` nemesis needs the fault-injecting log store.
+        disk_faults: config
+            .nemeses
+            .contains(&NemesisKind::Storage)
+            .then(Default::default),
         ..ClusterConfig::chaos(config.replicas)
     };
     let cluster = Arc::new(Cluster::start(
@@ -358,6 +365,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
         final_sandboxes: Some(evidence_parts.sandboxes),
         replicas: evidence_parts.replicas,
         projection,
+        membership: evidence_parts.membership,
     };
     let (anomalies, checks) = checker::check(&evidence);
     Ok(report(
@@ -391,6 +399,8 @@ pub(crate) struct EndState {
     pub(crate) executions: BTreeMap<(String, u64), crate::host::HostExecution>,
     pub(crate) sandboxes: BTreeMap<String, FinalSandbox>,
     pub(crate) replicas: Result<Vec<ReplicaState>, String>,
+    /// The end-of-campaign membership check, when membership changed.
+    pub(crate) membership: Option<Result<(), String>>,
 }
 
 /// Fault counters for a report.
@@ -457,6 +467,10 @@ async fn drive(
     settle(cluster).await;
     workload::final_reads(&workload_config, &endpoints, history, config.seed).await;
     let (replicas, final_applied_index) = converge(cluster).await;
+    let membership = config
+        .nemeses
+        .contains(&NemesisKind::Membership)
+        .then(|| crate::membership::check(cluster, config.replicas as usize));
     let leader = cluster
         .leader()
         .or_else(|| cluster.node_ids().first().copied());
@@ -471,6 +485,7 @@ async fn drive(
             executions: host.executions(),
             sandboxes,
             replicas,
+            membership,
         },
     ))
 }

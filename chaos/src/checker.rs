@@ -11,6 +11,8 @@
 //! | delete acknowledged only after the driver removed everything | effects vs. answers | `delete-before-cleanup` |
 //! | after healing: no operation left in flight, driver and state agree | final state, host | `operation-stuck`, `orphan-execution` |
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
+//! | a replica whose log append failed stops (fail-stop) | `storage` nemesis events | `storage-fault-ignored` |
+//! | after membership changes: one configuration, every member running and agreeing on it | the members' Raft metrics | `membership-invalid` |
 //! | the PostgreSQL projection equal to the state (with `--postgres`) | projection rows | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
 //! | a forged peer message carrying a leader-internal command is refused | the `forge` nemesis's answers | `forged-command-accepted` |
@@ -99,6 +101,9 @@ pub struct Evidence {
     pub replicas: Result<Vec<ReplicaState>, String>,
     /// The projection check, when a projection ran (`Err`: what differs).
     pub projection: Option<Result<(), String>>,
+    /// The membership check, when the `membership` nemesis ran (`Err`:
+    /// what is wrong; see [`crate::membership::check`]).
+    pub membership: Option<Result<(), String>>,
 }
 
 impl Default for Evidence {
@@ -112,6 +117,7 @@ impl Default for Evidence {
             final_sandboxes: None,
             replicas: Ok(Vec::new()),
             projection: None,
+            membership: None,
         }
     }
 }
@@ -149,6 +155,27 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
+    for event in evidence
+        .faults
+        .iter()
+        .filter(|event| event.kind == "storage-not-fail-stopped")
+    {
+        anomalies.push(Anomaly {
+            kind: "storage-fault-ignored",
+            message: format!(
+                "{} (a replica whose log append failed must stop serving)",
+                event.detail
+            ),
+            excerpt: vec![format!("{:>9} {}", seconds(event.at_us), event.detail)],
+        });
+    }
+    if let Some(Err(message)) = &evidence.membership {
+        anomalies.push(Anomaly {
+            kind: "membership-invalid",
+            message: message.clone(),
+            excerpt: Vec::new(),
+        });
+    }
     forged(evidence, &mut anomalies);
     if let Some(Err(message)) = &evidence.projection {
         anomalies.push(Anomaly {

@@ -48,7 +48,11 @@ pub struct RunArgs {
     #[arg(long = "ops", default_value_t = 400)]
     pub operations: usize,
     /// Faults to inject, comma-separated: handoff, kill, pause, partition,
-    /// driver, clock, forge; or `all` (in `--mode process`: the first five),
+    /// driver, clock, forge, membership (add a learner, promote it, remove
+    /// a voter, re-add it, on a spare replica slot), storage (the next
+    /// append to one replica's Raft log fails — fsync error, disk full —
+    /// or is torn before a crash); or `all` (in
+    /// `--mode process`: the first five),
     /// or `none`. A requested nemesis that never fires makes the campaign
     /// fail (exit 3, "vacuous").
     #[arg(long, default_value = "all")]
@@ -100,7 +104,8 @@ pub struct RunArgs {
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
     /// `planted-bugs` feature): skip-expected-id, stale-term, early-delete-ack,
-    /// driver-fence-off, proposer-clock-receipts, accept-forwarded-internal.
+    /// driver-fence-off, proposer-clock-receipts, accept-forwarded-internal,
+    /// save-older-snapshot.
     #[arg(long)]
     pub plant: Vec<String>,
     /// Also write, per campaign, the history, the fault timeline and an
@@ -145,9 +150,12 @@ pub fn plant(names: &[String]) -> Result<(), String> {
                     palisade_lifecycle::planted::ACCEPT_FORWARDED_INTERNAL
                         .store(true, Ordering::SeqCst)
                 }
+                "save-older-snapshot" => {
+                    palisade_storage::planted::SAVE_OLDER_SNAPSHOT.store(true, Ordering::SeqCst)
+                }
                 other => {
                     return Err(format!(
-                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack, driver-fence-off, proposer-clock-receipts or accept-forwarded-internal"
+                        "unknown planted bug {other:?}; choose skip-expected-id, stale-term, early-delete-ack, driver-fence-off, proposer-clock-receipts, accept-forwarded-internal or save-older-snapshot"
                     ));
                 }
             }

@@ -24,7 +24,7 @@
 //! membership). The harness reaches a replica's Raft handle and state
 //! through the [`RunningNode`] the replica hands over when it starts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -65,6 +65,13 @@ pub struct ClusterConfig {
     pub timeouts: ReplicaTimeouts,
     /// PostgreSQL projection every replica runs (`--postgres-url`).
     pub postgres_url: Option<String>,
+    /// Spare replica slots (node ids `replicas+1..`): not founders, not
+    /// started; the `membership` nemesis joins them to the cluster and
+    /// retires members into them.
+    pub spares: u64,
+    /// The storage faults every replica's log store runs behind (the
+    /// `storage` nemesis); `None`: the plain log store.
+    pub disk_faults: Option<Arc<crate::storage::DiskFaults>>,
 }
 
 impl ClusterConfig {
@@ -93,6 +100,8 @@ impl ClusterConfig {
                 operation_wait_max: Duration::from_secs(4),
             },
             postgres_url: None,
+            spares: 0,
+            disk_faults: None,
         }
     }
 }
@@ -131,6 +140,12 @@ struct Slot {
 pub struct Cluster {
     _root: tempfile::TempDir,
     slots: Vec<Slot>,
+    /// The slots that are members (founders at first; the `membership`
+    /// nemesis changes it). `std` mutex, never held across an await.
+    members: Mutex<BTreeSet<NodeId>>,
+    /// Slots started empty to join (founders too, once retired): they start
+    /// without the initial cluster, never founding one again.
+    joiners: Mutex<BTreeSet<NodeId>>,
     initial_cluster: BTreeMap<NodeId, String>,
     config: ClusterConfig,
     driver: Arc<dyn ComputeDriver>,
@@ -156,9 +171,11 @@ impl Cluster {
             .tempdir()?;
         let mut slots = Vec::new();
         let mut initial_cluster = BTreeMap::new();
-        for node_id in 1..=config.replicas {
+        for node_id in 1..=config.replicas + config.spares {
             let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-            initial_cluster.insert(node_id, addr.to_string());
+            if node_id <= config.replicas {
+                initial_cluster.insert(node_id, addr.to_string());
+            }
             slots.push(Slot {
                 node_id,
                 addr,
@@ -170,6 +187,8 @@ impl Cluster {
         let cluster = Cluster {
             _root: root,
             slots,
+            members: Mutex::new(initial_cluster.keys().copied().collect()),
+            joiners: Mutex::default(),
             initial_cluster,
             config,
             driver,
@@ -182,12 +201,83 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Every node id.
+    /// The node ids of the members (the founders, unless the `membership`
+    /// nemesis changed them).
     pub fn node_ids(&self) -> Vec<NodeId> {
-        self.slots.iter().map(|slot| slot.node_id).collect()
+        self.lock_members().iter().copied().collect()
     }
 
-    /// `http://` URIs of every replica, by node id.
+    fn lock_members(&self) -> std::sync::MutexGuard<'_, BTreeSet<NodeId>> {
+        self.members
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The slots that are not members (spares, and retired members).
+    pub fn spares(&self) -> Vec<NodeId> {
+        let members = self.lock_members();
+        self.slots
+            .iter()
+            .map(|slot| slot.node_id)
+            .filter(|node_id| !members.contains(node_id))
+            .collect()
+    }
+
+    /// Starts spare `node_id` from an empty directory, without an initial
+    /// cluster (it waits to be added, as `palisade gateway run` without
+    /// `--initial-cluster` does). It becomes a member for the harness once
+    /// [`Cluster::set_members`] says so.
+    pub fn start_spare(&self, node_id: NodeId) -> Result<(), ChaosError> {
+        let slot = self
+            .slot(node_id)
+            .ok_or_else(|| ChaosError::Config(format!("no replica {node_id}")))?;
+        if self.is_running(node_id) {
+            return Ok(());
+        }
+        self.joiners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(node_id);
+        match std::fs::remove_dir_all(&slot.data_dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error.into()),
+        }
+        self.start_replica(node_id)
+    }
+
+    /// Crashes a replica that left the membership and deletes its files
+    /// (a retired host; it may join again later, empty).
+    pub async fn retire(&self, node_id: NodeId) {
+        self.crash(node_id).await;
+        self.lock_members().remove(&node_id);
+        // Its files are gone: it may only ever join again, never found a
+        // cluster with the initial membership (a wiped founder started
+        // with `--initial-cluster` would).
+        self.joiners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(node_id);
+        if let Some(slot) = self.slot(node_id) {
+            let _ = std::fs::remove_dir_all(&slot.data_dir);
+        }
+    }
+
+    /// True if the slot was ever started to join (it is re-added next).
+    pub fn has_joined(&self, node_id: NodeId) -> bool {
+        self.joiners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(&node_id)
+            || (self.initial_cluster.contains_key(&node_id) && !self.node_ids().contains(&node_id))
+    }
+
+    /// Sets the harness's member set (what the Raft membership holds).
+    pub fn set_members(&self, members: BTreeSet<NodeId>) {
+        *self.lock_members() = members;
+    }
+
+    /// `http://` URIs of every replica slot (spares too), by node id.
     pub fn endpoints(&self) -> Vec<(NodeId, String)> {
         self.slots
             .iter()
@@ -219,7 +309,18 @@ impl Cluster {
             advertise: slot.addr.to_string(),
             tls: None,
             data_dir: slot.data_dir.clone(),
-            initial_cluster: self.initial_cluster.clone(),
+            // Founders know the founding membership; a spare joins empty.
+            initial_cluster: if self.initial_cluster.contains_key(&node_id)
+                && !self
+                    .joiners
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .contains(&node_id)
+            {
+                self.initial_cluster.clone()
+            } else {
+                BTreeMap::new()
+            },
             timing: self.config.timing.clone(),
             log_policy: palisade_gateway::node::RaftLogPolicy::default(),
             limits: palisade_gateway::node::ServerLimits::default(),
@@ -237,6 +338,11 @@ impl Cluster {
             link_faults: Some(self.link_faults.clone()),
             fault_points: Some(self.fault_points.clone()),
             clock: Some(slot.clock.clone()),
+            storage_faults: self
+                .config
+                .disk_faults
+                .clone()
+                .map(|faults| -> Arc<dyn palisade_raft::hooks::StorageFaults> { faults }),
             on_started: Some(Arc::new(move |running: RunningNode| {
                 *handed_over
                     .lock()
@@ -383,6 +489,23 @@ impl Cluster {
         {
             running.paused = None;
         }
+    }
+
+    /// True if the replica stopped on its own (fail-stop: its thread
+    /// ended without a crash).
+    pub fn has_stopped(&self, node_id: NodeId) -> bool {
+        self.slot(node_id).is_some_and(|slot| {
+            slot.running
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .as_ref()
+                .is_some_and(|running| running.thread.is_finished())
+        })
+    }
+
+    /// The storage faults the replicas run behind, if any.
+    pub fn disk_faults(&self) -> Option<Arc<crate::storage::DiskFaults>> {
+        self.config.disk_faults.clone()
     }
 
     /// True while the replica is paused.
@@ -550,7 +673,8 @@ impl Cluster {
     /// Crashes every replica (the temporary directory goes when the
     /// cluster is dropped).
     pub async fn shutdown(&self) {
-        for node_id in self.node_ids() {
+        let every: Vec<NodeId> = self.slots.iter().map(|slot| slot.node_id).collect();
+        for node_id in every {
             self.crash(node_id).await;
         }
     }

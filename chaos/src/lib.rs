@@ -33,6 +33,12 @@
 //!   where the nemesis hands leadership off or crashes the leader.
 //! - [`cluster`]: the in-process cluster: start, crash, restart, pause.
 //! - [`nemesis`]: the fault schedule.
+//! - [`membership`]: the `membership` nemesis (add a learner, promote,
+//!   remove, re-add) and the end-of-campaign membership check.
+//! - [`storage`]: the `storage` nemesis (faults in one replica's log
+//!   store) and its [`storage::DiskFaults`].
+//! - [`snapshot_race`]: the handoff that makes a snapshot build finish
+//!   after a newer snapshot was installed.
 //! - [`workload`]: concurrent gRPC clients recording the history.
 //! - [`campaign`]: one seeded run, end to end, and its [`campaign::Report`].
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
@@ -52,6 +58,7 @@ pub mod history;
 pub mod host;
 pub mod linearizability;
 pub mod links;
+pub mod membership;
 pub mod model;
 pub mod nemesis;
 pub mod points;
@@ -59,6 +66,8 @@ pub mod process;
 pub mod projection;
 pub mod proxy;
 pub mod report_dir;
+pub mod snapshot_race;
+pub mod storage;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};

@@ -4,13 +4,15 @@
 //!
 //! | kind | what it does |
 //! |---|---|
-//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. Every other handoff is a *ping-pong* at the begin-committed point of a launch: leadership moves away while the old leader's task is held, the new leader finishes the operation, the nemesis deletes the sandbox through the API (recorded in the history as client `nemesis`), leadership moves *back*, and the held task goes on — in a replica that leads again, in a newer term, so only the term fence stands between it and a launch of a deleted sandbox. |
+//! | `handoff` | arms a fault point (after `Begin*` committed, after the driver effect, while a follower forwards, while a follower installs a snapshot, between a snapshot build's copy and its save) and, when a replica reaches it, moves leadership away or crashes the replica right there (for the forwarding point: the leader the write is in flight to). For the snapshot point it first makes a follower need a snapshot: crashes it, lets writes go on, has the leader snapshot and purge its log, restarts it. Every other handoff is a *ping-pong* at the begin-committed point of a launch: leadership moves away while the old leader's task is held, the new leader finishes the operation, the nemesis deletes the sandbox through the API (recorded in the history as client `nemesis`), leadership moves *back*, and the held task goes on — in a replica that leads again, in a newer term, so only the term fence stands between it and a launch of a deleted sandbox. |
 //! | `kill` | crashes a replica (the leader more often than not), restarts it from disk after a while |
 //! | `pause` | freezes a replica (see [`crate::cluster`]), resumes it after a while |
 //! | `partition` | isolates a replica, splits the cluster, or adds message loss, delay, duplication and lost answers on every link; heals after a while |
 //! | `driver` | makes the shared driver slow, refusing, uncertain (before or after the effect) or hanging, for a while |
 //!
 //! | `clock` | skews one replica's wall clock (the clock its requests and ticks are stamped with) far behind or ahead — more than the receipt retention — or by a few seconds, jumping at once, and sets it right after a while |
+//! | `membership` | the next step of a cycle through the admin API: start the spare replica slot empty and add it as a learner, promote it to voter, remove a voter that does not lead (then crash it and delete its files), re-add it later (see [`crate::membership`]) |
+//! | `storage` | the next append to one replica's Raft log fails (fsync error, disk full: the replica must fail-stop) or is torn (half the batch written, then a crash); the replica is restarted from its files (see [`crate::storage`]) |
 //! | `forge` | sends the leader a forged peer message: a leader-internal command (the completion of an operation in flight, an observation that a running execution was lost, a tick) as a `ForwardWrite` claiming to come from a member; the leader must refuse it (PERMISSION_DENIED), and an accepted one is recorded as `forge-accepted` |
 //!
 //! # Density: faults in time, on lanes
@@ -18,7 +20,7 @@
 //! Faults are scheduled in time for the whole campaign — a fault, a heal,
 //! a short quiet, the next fault — on independent *lanes*, each with its
 //! own RNG drawn from the seed: the **cluster lane** (`handoff`, `kill`,
-//! `pause`, `partition`) injects one fault at a time, in shuffled rounds
+//! `pause`, `partition`, `membership`, `storage`) injects one fault at a time, in shuffled rounds
 //! of its kinds, which keeps a quorum available most of the time so the
 //! workload makes progress; the `driver`, `clock` and `forge` lanes run
 //! beside it, since none of them takes a replica away. Faults still
@@ -77,11 +79,17 @@ pub enum NemesisKind {
     /// Forged peer messages: leader-internal commands forwarded to the
     /// leader.
     Forge,
+    /// Membership changes under load: add a learner, promote it, remove a
+    /// voter, re-add it ([`crate::membership`]).
+    Membership,
+    /// Faults in one replica's log store: fsync error, disk full, a torn
+    /// write before a crash ([`crate::storage`]).
+    Storage,
 }
 
 impl NemesisKind {
     /// Every kind.
-    pub const ALL: [NemesisKind; 7] = [
+    pub const ALL: [NemesisKind; 9] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
         NemesisKind::Pause,
@@ -89,10 +97,13 @@ impl NemesisKind {
         NemesisKind::Driver,
         NemesisKind::Clock,
         NemesisKind::Forge,
+        NemesisKind::Membership,
+        NemesisKind::Storage,
     ];
 
-    /// The kinds the process mode can inject (`clock` and `forge` reach
-    /// into a replica: in-process only).
+    /// The kinds the process mode can inject (`clock`, `forge`,
+    /// `membership` and `storage` reach into a replica or its slots:
+    /// in-process only).
     pub const PROCESS_MODE: [NemesisKind; 5] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
@@ -105,7 +116,12 @@ impl NemesisKind {
     pub fn is_cluster_lane(self) -> bool {
         matches!(
             self,
-            NemesisKind::Handoff | NemesisKind::Kill | NemesisKind::Pause | NemesisKind::Partition
+            NemesisKind::Handoff
+                | NemesisKind::Kill
+                | NemesisKind::Pause
+                | NemesisKind::Partition
+                | NemesisKind::Membership
+                | NemesisKind::Storage
         )
     }
 
@@ -119,6 +135,8 @@ impl NemesisKind {
             NemesisKind::Driver => "driver",
             NemesisKind::Clock => "clock",
             NemesisKind::Forge => "forge",
+            NemesisKind::Membership => "membership",
+            NemesisKind::Storage => "storage",
         }
     }
 
@@ -151,7 +169,7 @@ impl FromStr for NemesisKind {
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge (or all)"
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership, storage (or all)"
                 )
             })
     }
@@ -191,25 +209,25 @@ pub struct Nemesis {
 }
 
 impl Nemesis {
-    fn ms(&mut self, low: u64, high: u64) -> Duration {
+    pub(crate) fn ms(&mut self, low: u64, high: u64) -> Duration {
         Duration::from_millis(self.rng.random_range(low..=high))
     }
 
     /// Records an injected fault; returns its position in the history
     /// (see [`History::fault_ended`]).
-    fn count(&mut self, kind: String, detail: String) -> Option<usize> {
+    pub(crate) fn count(&mut self, kind: String, detail: String) -> Option<usize> {
         *self.counts.entry(kind.clone()).or_default() += 1;
         self.history.injected(kind, detail)
     }
 
     /// Records a fault that did not take place (not counted as injected).
-    fn miss(&mut self, kind: String, detail: String) {
+    pub(crate) fn miss(&mut self, kind: String, detail: String) {
         self.history.fault(format!("missed:{kind}"), detail);
         *self.missed.entry(kind).or_default() += 1;
     }
 
     /// A victim: the leader with probability 0.6, else any replica.
-    fn victim(&mut self) -> NodeId {
+    pub(crate) fn victim(&mut self) -> NodeId {
         let nodes = self.cluster.node_ids();
         let leader = self.cluster.leader();
         match leader {
@@ -218,7 +236,7 @@ impl Nemesis {
         }
     }
 
-    fn other_than(&mut self, node: NodeId) -> Option<NodeId> {
+    pub(crate) fn other_than(&mut self, node: NodeId) -> Option<NodeId> {
         let others: Vec<NodeId> = self
             .cluster
             .node_ids()
@@ -316,6 +334,8 @@ impl Nemesis {
                 NemesisKind::Kill => self.kill().await,
                 NemesisKind::Pause => self.pause().await,
                 NemesisKind::Partition => self.partition().await,
+                NemesisKind::Membership => self.membership().await,
+                NemesisKind::Storage => self.storage(&mut stop).await,
                 NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
             }
         }
@@ -331,7 +351,7 @@ impl Nemesis {
         self.history.fault_ended(fault);
     }
 
-    fn restart(&mut self, node: NodeId) {
+    pub(crate) fn restart(&mut self, node: NodeId) {
         match self.cluster.restart(node) {
             Ok(()) => self
                 .history
@@ -425,6 +445,17 @@ impl Nemesis {
     /// transfer or a crash at random.
     fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
         self.handoffs += 1;
+        if self.handoffs == 2 {
+            // The snapshot race once early in every campaign: a short one
+            // sees few handoffs, and only this one reaches a snapshot save.
+            return (
+                PointKind::SnapshotBuild,
+                PointAction::HoldBuild {
+                    wait_max: crate::snapshot_race::HOLD_MAX,
+                },
+                None,
+            );
+        }
         if self.handoffs % 2 == 1 {
             let wait_max = self.ms(2_000, 3_000);
             // The stall first: a short campaign may see only one.
@@ -444,9 +475,19 @@ impl Nemesis {
             PointKind::EffectDone,
             PointKind::Forwarding,
             PointKind::SnapshotInstall,
+            PointKind::SnapshotBuild,
         ]
         .choose(&mut self.rng)
         .unwrap_or(&PointKind::EffectDone);
+        if kind == PointKind::SnapshotBuild {
+            return (
+                kind,
+                PointAction::HoldBuild {
+                    wait_max: crate::snapshot_race::HOLD_MAX,
+                },
+                None,
+            );
+        }
         let action = if self.rng.random_bool(0.5) {
             PointAction::Transfer {
                 hold: self.ms(20, 800),
@@ -459,6 +500,10 @@ impl Nemesis {
 
     async fn handoff(&mut self, stop: &mut watch::Receiver<bool>) {
         let (kind, action, operations) = self.next_handoff();
+        if let PointAction::HoldBuild { wait_max } = action {
+            self.snapshot_race(wait_max, stop).await;
+            return;
+        }
         let mut snapshot_follower = None;
         if kind == PointKind::SnapshotInstall {
             // Make a follower need a snapshot: away while the log moves on
@@ -608,6 +653,14 @@ impl Nemesis {
                 self.restart(victim);
                 self.history.fault_ended(fault);
             }
+            // Armed only by `snapshot_race`, which waits for it itself.
+            PointAction::HoldBuild { .. } => {
+                drop(done);
+                self.miss(
+                    label,
+                    format!("{point:?} at node {node}: not expected here"),
+                );
+            }
         }
     }
 
@@ -679,7 +732,7 @@ impl Nemesis {
 
     /// Disarms the fault points and lets go any task that reached one
     /// just before (a stale trigger must not be acted on later).
-    fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.triggers.disarm();
         while let Ok(fired) = self.fired.try_recv() {
             drop(fired.done);
@@ -703,6 +756,13 @@ impl Nemesis {
         self.disarm();
         self.links.heal();
         self.host.set_plan(FaultPlan::default());
+        if self.kinds.contains(&NemesisKind::Membership) {
+            // A change whose answer was lost may have landed meanwhile.
+            let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+            crate::membership::finish_joint_changes(&self.cluster).await;
+            let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
+            self.sync_members(true).await;
+        }
         for node in self.cluster.node_ids() {
             if self.cluster.is_paused(node) {
                 self.cluster.resume(node);

@@ -4,7 +4,7 @@
 //! The nemesis *arms* one trigger at a time: a kind of point and an action.
 //! The first replica task that reaches such a point disarms it, tells the
 //! nemesis (a [`Fired`] message) and, for the points inside the executor
-//! and the snapshot install, *waits there* until the nemesis has acted —
+//! and the snapshots (install, build), *waits there* until the nemesis has acted —
 //! moved leadership away, or crashed the replica (then the wait never ends:
 //! the task is dropped with the replica) — and then holds a little longer,
 //! so that the old leader's effect or completion is attempted after the
@@ -44,16 +44,19 @@ pub enum PointKind {
     Forwarding,
     /// While a follower installs a snapshot.
     SnapshotInstall,
+    /// Between a snapshot build's copy of the state and its save.
+    SnapshotBuild,
 }
 
 impl PointKind {
     /// Every kind.
-    pub const ALL: [PointKind; 5] = [
+    pub const ALL: [PointKind; 6] = [
         PointKind::BeginCommitted,
         PointKind::BeforeEffect,
         PointKind::EffectDone,
         PointKind::Forwarding,
         PointKind::SnapshotInstall,
+        PointKind::SnapshotBuild,
     ];
 
     /// The kind of a point.
@@ -64,6 +67,7 @@ impl PointKind {
             FaultPoint::EffectDone { .. } => PointKind::EffectDone,
             FaultPoint::Forwarding { .. } => PointKind::Forwarding,
             FaultPoint::SnapshotInstall { .. } => PointKind::SnapshotInstall,
+            FaultPoint::SnapshotBuild { .. } => PointKind::SnapshotBuild,
         }
     }
 
@@ -75,6 +79,7 @@ impl PointKind {
             PointKind::EffectDone => "effect-done",
             PointKind::Forwarding => "forwarding",
             PointKind::SnapshotInstall => "snapshot-install",
+            PointKind::SnapshotBuild => "snapshot-build",
         }
     }
 }
@@ -107,6 +112,15 @@ pub enum PointAction {
         /// Longest wait for a new leader and for the sandbox to go.
         wait_max: Duration,
     },
+    /// Hold a snapshot build between its copy and its save while the
+    /// replica is cut off, the leader snapshots and purges its log past
+    /// the copy, and the replica installs the leader's snapshot; then let
+    /// the build finish (its save must keep the newer snapshot) and crash
+    /// and restart the replica from its files.
+    HoldBuild {
+        /// Longest hold.
+        wait_max: Duration,
+    },
 }
 
 impl PointAction {
@@ -117,6 +131,7 @@ impl PointAction {
             PointAction::Crash => "crash",
             PointAction::PingPong { .. } => "ping-pong",
             PointAction::Stall { .. } => "stall",
+            PointAction::HoldBuild { .. } => "hold",
         }
     }
 }
@@ -228,6 +243,7 @@ impl FaultPoints for Triggers {
         let wait = match action {
             // Two transfers and the wait for the sandbox to go.
             PointAction::PingPong { wait_max } => wait_max + 2 * ACTION_WAIT_MAX,
+            PointAction::HoldBuild { wait_max } => wait_max,
             _ => ACTION_WAIT_MAX,
         };
         async move {

@@ -389,7 +389,14 @@ async fn nemesis(
                     &mut counts,
                 );
             }
-            Some(NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge) | None => {}
+            Some(
+                NemesisKind::Driver
+                | NemesisKind::Clock
+                | NemesisKind::Forge
+                | NemesisKind::Membership
+                | NemesisKind::Storage,
+            )
+            | None => {}
         }
     }
     counts
@@ -548,6 +555,7 @@ pub async fn run_campaign(
         final_sandboxes: sandboxes,
         replicas,
         projection: None,
+        membership: None,
     };
     let (anomalies, checks) = checker::check(&evidence);
     let (refused, unattributed) = processes.proxies.counts();

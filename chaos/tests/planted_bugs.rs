@@ -21,6 +21,11 @@
 //!   request id is executed again instead of answered from its receipt.
 //! - (f) the peer service accepts a forwarded leader-internal command: the
 //!   `forge` nemesis's forged completion or observation is applied.
+//! - (g) the snapshot store saves a snapshot older than the one in place:
+//!   the `handoff` nemesis's snapshot race (a follower's build held past
+//!   its install of the leader's snapshot, then a restart) puts the old
+//!   state back on disk under a log purged past it, and the follower cannot
+//!   come back.
 //!
 //! The switches are process-global, so the tests take turns.
 
@@ -156,4 +161,28 @@ async fn a_forwarded_leader_internal_command_accepted_is_caught() {
     )
     .await;
     println!("{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_older_than_the_one_in_place_saved_is_caught() {
+    let report = campaign_with(
+        &palisade_storage::planted::SAVE_OLDER_SNAPSHOT,
+        &[
+            "replicas-not-converged",
+            "replicas-diverged",
+            "acknowledged-write-lost",
+            "not-linearizable",
+        ],
+    )
+    .await;
+    println!("{report}");
+    assert!(
+        report
+            .faults_by_point
+            .get("snapshot-build")
+            .copied()
+            .unwrap_or(0)
+            > 0,
+        "caught without the snapshot race?\n{report}"
+    );
 }

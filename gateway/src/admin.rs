@@ -350,12 +350,20 @@ impl ClusterAdmin for AdminService {
         if let Some(mut leader) = self.leader_client().await? {
             return leader.promote_learner(request).await;
         }
+        // A learner, or a node whose promotion was cut short (the leader
+        // changed between the joint and the final configuration, and
+        // openraft leaves a joint configuration to whoever changes the
+        // membership next): a voter in some configurations of a joint
+        // membership but not in all. Promoting it again finishes the change.
         let is_learner = {
             let metrics = self.replica.raft.metrics();
             let metrics = metrics.borrow_watched();
             let membership = metrics.membership_config.membership();
             membership.get_node(&request.node_id).is_some()
-                && !membership.voter_ids().any(|id| id == request.node_id)
+                && !membership
+                    .get_joint_config()
+                    .iter()
+                    .all(|config| config.contains(&request.node_id))
         };
         if !is_learner {
             return Err(errors::status(

@@ -397,6 +397,9 @@ pub struct NodeHooks {
     /// The replica's wall clock (`None`: the system clock); the chaos
     /// harness skews it ([`crate::clock`]).
     pub clock: Option<Arc<dyn crate::clock::WallClock>>,
+    /// Consulted before every append to the Raft log (the log store runs
+    /// behind [`palisade_raft::faulty_log::FaultyLogStore`]).
+    pub storage_faults: Option<Arc<dyn palisade_raft::hooks::StorageFaults>>,
 }
 
 /// A running replica's handles, for tests and the chaos harness.
@@ -524,9 +527,15 @@ pub async fn run_with_listeners(
         .with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone())
         .with_tls(config.tls.clone());
     let network = peers.network_factory();
-    let raft: Raft = openraft::Raft::new(node_id, raft_config, network, log_store, state_machine)
-        .await
-        .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
+    let raft: Raft = match &hooks.storage_faults {
+        Some(faults) => {
+            let log_store =
+                palisade_raft::faulty_log::FaultyLogStore::new(log_store, node_id, faults.clone());
+            openraft::Raft::new(node_id, raft_config, network, log_store, state_machine).await
+        }
+        None => openraft::Raft::new(node_id, raft_config, network, log_store, state_machine).await,
+    }
+    .map_err(|error| NodeError::Raft(format!("cannot start: {error}")))?;
 
     if !config.initial_cluster.is_empty()
         && let Err(error) = initialize_once(

@@ -29,6 +29,9 @@ use crate::errors;
 
 /// The ErrorInfo reason of a token that cannot be verified.
 pub const UNVERIFIABLE_EXECUTION_TOKEN: &str = "UNVERIFIABLE_EXECUTION_TOKEN";
+/// The ErrorInfo reason (UNAVAILABLE) of a token this replica cannot
+/// verify yet: it has no cluster identity (joined empty, catching up).
+pub const CATCHING_UP: &str = "CATCHING_UP";
 const PREFIX: &str = "pet1";
 /// Longest token accepted (a UUID, a u64 and a 64-char MAC fit easily).
 pub const TOKEN_LENGTH_MAX: usize = 256;
@@ -106,7 +109,13 @@ pub fn verify(
         .parse()
         .map_err(|_| unverifiable("it is malformed"))?;
     let Some(cluster) = cluster else {
-        return Err(unverifiable("this cluster has no token secret yet"));
+        // This replica has not applied the cluster identity yet (it joined
+        // empty and is catching up): it cannot tell, which is not a
+        // refusal — another replica, or this one a moment later, can.
+        return Err(errors::unavailable(
+            CATCHING_UP,
+            "this replica has not received the cluster's token key yet (it is joining or catching up); retry, or ask another replica",
+        ));
     };
     let given = hex::decode(mac_hex).map_err(|_| unverifiable("it is malformed"))?;
     let mut usable_keys = 0;
@@ -178,9 +187,11 @@ mod tests {
                 Some(UNVERIFIABLE_EXECUTION_TOKEN)
             );
         }
-        assert!(
-            verify(None, 0, &token).is_err(),
-            "no secret, no verification"
+        let not_yet = verify(None, 0, &token).unwrap_err();
+        assert_eq!(
+            (not_yet.code(), errors::reason_of(&not_yet).as_deref()),
+            (Code::Unavailable, Some(CATCHING_UP)),
+            "no secret yet: not a refusal, a retry"
         );
     }
 

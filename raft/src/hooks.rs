@@ -12,8 +12,8 @@
 //!   harness can hand leadership off, crash the replica, or hold the task
 //!   exactly there: after a `Begin*` entry committed (before the effect),
 //!   after the driver effect (before `Complete*` is proposed), while a
-//!   follower forwards a write to the leader, and while a snapshot is
-//!   installed.
+//!   follower forwards a write to the leader, while a snapshot is
+//!   installed, and between a snapshot build's copy and its save.
 //!
 //! The traits live here, at the bottom of the crates that call them
 //! (`palisade-raft` for the transport and the state machine,
@@ -125,11 +125,18 @@ pub enum FaultPoint {
         /// Last log index the snapshot covers.
         last_index: u64,
     },
+    /// A snapshot build copied the state and is about to serialize and
+    /// save it: held here, the build finishes after whatever happens
+    /// meanwhile (a newer snapshot installed from the leader).
+    SnapshotBuild {
+        /// Last log index the copy covers.
+        last_index: u64,
+    },
 }
 
 impl FaultPoint {
     /// Short name of the point: `begin-committed`, `before-effect`,
-    /// `effect-done`, `forwarding`, `snapshot-install`.
+    /// `effect-done`, `forwarding`, `snapshot-install`, `snapshot-build`.
     pub fn name(&self) -> &'static str {
         match self {
             FaultPoint::BeginCommitted { .. } => "begin-committed",
@@ -137,6 +144,7 @@ impl FaultPoint {
             FaultPoint::EffectDone { .. } => "effect-done",
             FaultPoint::Forwarding { .. } => "forwarding",
             FaultPoint::SnapshotInstall { .. } => "snapshot-install",
+            FaultPoint::SnapshotBuild { .. } => "snapshot-build",
         }
     }
 }
@@ -157,4 +165,30 @@ pub trait FaultPoints: Send + Sync + Debug + 'static {
     fn applying(&self, node: NodeId, index: u64) {
         let _ = (node, index);
     }
+}
+
+/// What happens to one append to the Raft log ([`StorageFaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendFault {
+    /// Written normally.
+    Proceed,
+    /// Nothing written; the append fails with this error (an fsync error,
+    /// a full disk). openraft stops the replica's Raft on a storage error:
+    /// the replica fail-stops.
+    Fail(std::io::ErrorKind),
+    /// Only the first `keep` entries of the batch are written and made
+    /// durable; the append never completes (the write was cut short, and
+    /// the harness crashes the replica before it would have finished).
+    Torn {
+        /// Entries of the batch that reach the disk.
+        keep: usize,
+    },
+}
+
+/// Consulted before every append to a replica's Raft log, when the
+/// replica runs with [`crate::faulty_log::FaultyLogStore`]. Quick and
+/// non-blocking.
+pub trait StorageFaults: Send + Sync + Debug + 'static {
+    /// The fate of an append of `entries` entries on node `node`.
+    fn append(&self, node: NodeId, entries: usize) -> AppendFault;
 }

@@ -24,10 +24,12 @@
 //! - [`backup`]: backup files of the state (`cluster snapshot save`) and
 //!   seeding a new cluster from one (`cluster restore`).
 //! - [`hooks`]: fault-injection hooks for tests and the chaos harness
-//!   (link faults in the transport, fault points inside requests).
+//!   (link faults in the transport, fault points inside requests, storage
+//!   faults); [`faulty_log`]: the log store wrapper that injects the last.
 #![deny(missing_docs)]
 
 pub mod backup;
+pub mod faulty_log;
 pub mod feature_level;
 pub mod hooks;
 pub mod network;

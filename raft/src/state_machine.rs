@@ -394,7 +394,8 @@ impl LifecycleStateMachine {
     }
 
     /// Awaits `fault_points` (as node `node_id`) before installing each
-    /// snapshot, and calls [`FaultPoints::applying`] inside apply.
+    /// snapshot and between a build's copy and its save, and calls
+    /// [`FaultPoints::applying`] inside apply.
     /// For tests and the chaos harness.
     pub fn with_fault_points(
         mut self,
@@ -487,6 +488,8 @@ fn encode_state(state: &State) -> io::Result<Vec<u8>> {
 pub struct LifecycleSnapshotBuilder {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
+    /// Awaited between the copy and the save (tests and chaos only).
+    fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
 }
 
 impl LifecycleSnapshotBuilder {
@@ -547,6 +550,12 @@ impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let copy = self.copy()?;
+        if let Some((node_id, fault_points)) = &self.fault_points {
+            let last_index = copy.0.last_applied.as_ref().map_or(0, |id| id.index);
+            fault_points
+                .at(*node_id, FaultPoint::SnapshotBuild { last_index })
+                .await;
+        }
         self.persist(copy).await
     }
 }
@@ -671,6 +680,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         LifecycleSnapshotBuilder {
             shared: self.shared.clone(),
             snapshots: self.snapshots.clone(),
+            fault_points: self.fault_points.clone(),
         }
     }
 

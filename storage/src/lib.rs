@@ -34,12 +34,15 @@
 //!   [`LogReader`] (implements `RaftLogReader`);
 //! - [`snapshot_files`]: [`SnapshotFiles`], the current snapshot on disk;
 //! - [`error`]: [`LogStoreError`] and how it maps to `io::Error`;
-//! - `record`: the checksummed record format used inside the database.
+//! - `record`: the checksummed record format used inside the database;
+//! - [`planted`]: a TEST-ONLY planted bug for the chaos harness, compiled in
+//!   only with the `planted-bugs` feature (off by default).
 
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod log_store;
+pub mod planted;
 mod record;
 pub mod snapshot_files;
 
