@@ -40,6 +40,12 @@ pub const CONVERGE_WAIT_MAX: Duration = Duration::from_secs(30);
 pub enum Mode {
     /// In this process (see [`crate::cluster`]).
     InProcess,
+    /// In this process, in the deterministic simulation (`--sim`): every
+    /// replica, client and the nemesis on one current-thread runtime with
+    /// paused (simulated) time, seeded randomness and the in-memory
+    /// network of [`palisade_raft::simnet`], on real redb files. The same
+    /// seed records the same history, byte for byte. See [`simulate`].
+    Simulated,
     /// As `palisade gateway run` processes (see [`crate::process`]).
     Processes {
         /// The `palisade` binary.
@@ -309,14 +315,72 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
         ));
     }
     match &config.mode {
-        Mode::InProcess => run_in_process(config).await,
+        Mode::InProcess => run_in_process(config, None).await,
+        Mode::Simulated => {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || simulate(&config))
+                .await
+                .map_err(|error| ChaosError::Config(format!("the simulation failed: {error}")))?
+        }
         Mode::Processes { palisade, docker } => {
             crate::process::run_campaign(config, palisade, docker.as_ref()).await
         }
     }
 }
 
-async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
+/// Runs one campaign in the deterministic simulation ([`Mode::Simulated`])
+/// on this thread, which must not be running an async runtime (the
+/// simulation builds its own).
+///
+/// What makes it deterministic: one thread runs everything (a
+/// current-thread runtime, the replicas as tasks of a `LocalSet`); time is
+/// tokio's paused clock, which jumps to the next timer whenever every task
+/// waits, so it is simulated and a campaign takes the time its work takes;
+/// the history's timestamps and the replicas' wall clocks read it;
+/// openraft's election timeouts come from a generator seeded by the seed
+/// ([`palisade_raft::runtime::seed_thread`]); blocking storage work runs
+/// inline instead of on other threads; connections are in-memory pipes
+/// ([`palisade_raft::simnet`]) at fixed addresses. The workload and the
+/// nemesis draw from generators seeded by the seed, as in every mode.
+pub fn simulate(config: &CampaignConfig) -> Result<Report, ChaosError> {
+    if config.postgres {
+        return Err(ChaosError::Config(
+            "--sim runs without PostgreSQL (a real server is not simulated); drop --postgres".into(),
+        ));
+    }
+    if let Some(kind) = config
+        .nemeses
+        .iter()
+        .find(|kind| !NemesisKind::SIMULATION.contains(kind))
+    {
+        return Err(ChaosError::Config(format!(
+            "the nemesis {} cannot run in --sim (a simulated replica cannot be crashed or paused); choose from {}",
+            kind.name(),
+            NemesisKind::SIMULATION.map(NemesisKind::name).join(", ")
+        )));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    palisade_raft::runtime::seed_thread(config.seed);
+    let net = palisade_raft::simnet::SimNet::new();
+    net.install();
+    let local = tokio::task::LocalSet::new();
+    let result = local.block_on(&runtime, run_in_process(config, Some(net)));
+    // Every replica task goes with the runtime.
+    drop(local);
+    drop(runtime);
+    palisade_raft::simnet::SimNet::uninstall();
+    palisade_raft::runtime::unseed_thread();
+    result
+}
+
+async fn run_in_process(
+    config: &CampaignConfig,
+    sim: Option<palisade_raft::simnet::SimNet>,
+) -> Result<Report, ChaosError> {
+    let simulated = sim.is_some();
     let started = Instant::now();
     let clock = Clock::new();
     let history = Arc::new(History::new(clock.clone()));
@@ -331,6 +395,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     };
     let cluster_config = ClusterConfig {
         postgres_url: postgres.as_ref().map(|postgres| postgres.url().to_string()),
+        sim,
         ..ClusterConfig::chaos(config.replicas)
     };
     let cluster = Arc::new(Cluster::start(
@@ -362,7 +427,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     let (anomalies, checks) = checker::check(&evidence);
     Ok(report(
         config,
-        "in-process",
+        if simulated { "simulated" } else { "in-process" },
         &evidence,
         anomalies,
         checks,

@@ -65,6 +65,12 @@ pub struct ClusterConfig {
     pub timeouts: ReplicaTimeouts,
     /// PostgreSQL projection every replica runs (`--postgres-url`).
     pub postgres_url: Option<String>,
+    /// The deterministic simulation (`--sim`): the replicas run as tasks
+    /// of the calling thread's runtime (a current-thread runtime with
+    /// paused time and a [`LocalSet`](tokio::task::LocalSet)) and serve
+    /// on this simulated network instead of loopback ports. Such a
+    /// replica cannot be crashed or paused (see [`Cluster::crash`]).
+    pub sim: Option<palisade_raft::simnet::SimNet>,
 }
 
 impl ClusterConfig {
@@ -93,6 +99,7 @@ impl ClusterConfig {
                 operation_wait_max: Duration::from_secs(4),
             },
             postgres_url: None,
+            sim: None,
         }
     }
 }
@@ -107,7 +114,8 @@ pub struct ReplicaView {
 }
 
 struct Running {
-    thread: std::thread::JoinHandle<()>,
+    /// The replica's own thread (`None` in the simulation: a task).
+    thread: Option<std::thread::JoinHandle<()>>,
     crash: oneshot::Sender<()>,
     runtime: tokio::runtime::Handle,
     node: Arc<Mutex<Option<RunningNode>>>,
@@ -157,14 +165,22 @@ impl Cluster {
         let mut slots = Vec::new();
         let mut initial_cluster = BTreeMap::new();
         for node_id in 1..=config.replicas {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+            let addr: SocketAddr = if config.sim.is_some() {
+                // Fixed, so that a seed's run does not depend on free ports.
+                ([10, 0, 0, node_id.min(250) as u8], 7000).into()
+            } else {
+                ([127, 0, 0, 1], free_port()?).into()
+            };
             initial_cluster.insert(node_id, addr.to_string());
             slots.push(Slot {
                 node_id,
                 addr,
                 data_dir: root.path().join(format!("replica-{node_id}")),
                 running: Mutex::new(None),
-                clock: Arc::default(),
+                clock: Arc::new(match config.sim {
+                    Some(_) => crate::clock::SkewedClock::simulated(Instant::now()),
+                    None => crate::clock::SkewedClock::default(),
+                }),
             });
         }
         let cluster = Cluster {
@@ -246,6 +262,28 @@ impl Cluster {
         let driver = self.driver.clone();
         let addr = slot.addr;
         let (crash, crashed) = oneshot::channel::<()>();
+        if let Some(net) = &self.config.sim {
+            let incoming = net.listen(&addr.to_string());
+            tokio::task::spawn_local(async move {
+                tokio::select! {
+                    biased;
+                    _ = crashed => debug!(node = node_id, "replica stopped"),
+                    result = palisade_gateway::node::run_simulated(config, driver, incoming, hooks, std::future::pending()) => {
+                        if let Err(error) = result {
+                            warn!(node = node_id, error = %format!("{error:#}"), "replica stopped");
+                        }
+                    }
+                }
+            });
+            *running = Some(Running {
+                thread: None,
+                crash,
+                runtime: tokio::runtime::Handle::current(),
+                node,
+                paused: None,
+            });
+            return Ok(());
+        }
         let (runtime_tx, runtime_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("replica-{node_id}"))
@@ -289,7 +327,7 @@ impl Cluster {
             })?
             .map_err(|message| ChaosError::ReplicaStart { node_id, message })?;
         *running = Some(Running {
-            thread,
+            thread: Some(thread),
             crash,
             runtime,
             node,
@@ -301,6 +339,10 @@ impl Cluster {
     /// Crashes a replica (see the module docs) and waits until everything
     /// it ran is gone. A paused replica is resumed first (SIGKILL of a
     /// stopped process is the same crash).
+    ///
+    /// In the simulation this stops only the replica's main task (the
+    /// tasks it spawned go with the simulation's runtime): it is how the
+    /// campaign ends there, never a fault.
     pub async fn crash(&self, node_id: NodeId) {
         let Some(slot) = self.slot(node_id) else {
             return;
@@ -320,8 +362,17 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        let thread = running.thread;
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        if let Some(thread) = running.thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// True when the replicas run in the deterministic simulation, where
+    /// they cannot be crashed or paused: they share the simulation's one
+    /// runtime, so the tasks one replica spawned cannot be dropped (or
+    /// frozen) apart from the others'. The nemesis injects neither there.
+    pub fn is_simulated(&self) -> bool {
+        self.config.sim.is_some()
     }
 
     /// A replica's address (`host:port`, as the membership holds it).
@@ -351,6 +402,11 @@ impl Cluster {
 
     /// Freezes a running replica (see the module docs).
     pub fn pause(&self, node_id: NodeId) {
+        if self.is_simulated() {
+            // Blocking the only thread would freeze the whole simulation.
+            warn!(node = node_id, "a simulated replica cannot be paused");
+            return;
+        }
         let Some(slot) = self.slot(node_id) else {
             return;
         };

@@ -91,6 +91,17 @@ impl NemesisKind {
         NemesisKind::Forge,
     ];
 
+    /// The kinds the simulation (`--sim`) can inject: a replica there
+    /// cannot be crashed or paused (`Cluster::is_simulated`), so no
+    /// `kill`, no `pause`, and `handoff` only transfers leadership.
+    pub const SIMULATION: [NemesisKind; 5] = [
+        NemesisKind::Handoff,
+        NemesisKind::Partition,
+        NemesisKind::Driver,
+        NemesisKind::Clock,
+        NemesisKind::Forge,
+    ];
+
     /// The kinds the process mode can inject (`clock` and `forge` reach
     /// into a replica: in-process only).
     pub const PROCESS_MODE: [NemesisKind; 5] = [
@@ -428,7 +439,9 @@ impl Nemesis {
         if self.handoffs % 2 == 1 {
             let wait_max = self.ms(2_000, 3_000);
             // The stall first: a short campaign may see only one.
-            let (kind, action) = if self.handoffs % 4 == 1 {
+            // The simulation cannot freeze one replica (see
+            // `Cluster::is_simulated`): a ping-pong instead.
+            let (kind, action) = if self.handoffs % 4 == 1 && !self.cluster.is_simulated() {
                 (PointKind::BeforeEffect, PointAction::Stall { wait_max })
             } else {
                 (
@@ -438,16 +451,28 @@ impl Nemesis {
             };
             return (kind, action, Some(&["Create", "Start"]));
         }
-        let kind = *[
-            PointKind::BeginCommitted,
-            PointKind::EffectDone,
-            PointKind::EffectDone,
-            PointKind::Forwarding,
-            PointKind::SnapshotInstall,
-        ]
-        .choose(&mut self.rng)
-        .unwrap_or(&PointKind::EffectDone);
-        let action = if self.rng.random_bool(0.5) {
+        // The simulation cannot crash one replica (see
+        // `Cluster::is_simulated`): no snapshot install (it crashes a
+        // follower to make it need one), transfers instead of crashes.
+        let simulated = self.cluster.is_simulated();
+        let points: &[PointKind] = if simulated {
+            &[
+                PointKind::BeginCommitted,
+                PointKind::EffectDone,
+                PointKind::EffectDone,
+                PointKind::Forwarding,
+            ]
+        } else {
+            &[
+                PointKind::BeginCommitted,
+                PointKind::EffectDone,
+                PointKind::EffectDone,
+                PointKind::Forwarding,
+                PointKind::SnapshotInstall,
+            ]
+        };
+        let kind = *points.choose(&mut self.rng).unwrap_or(&PointKind::EffectDone);
+        let action = if self.rng.random_bool(0.5) || simulated {
             PointAction::Transfer {
                 hold: self.ms(20, 800),
             }

@@ -102,8 +102,8 @@ impl AdminService {
                     format!("leader address {address:?} is invalid: {error}"),
                 )
             })?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
+            .connect_timeout(Duration::from_secs(2));
+        let channel = palisade_raft::simnet::channel(channel)
             .await
             .map_err(|error| {
                 errors::unavailable(

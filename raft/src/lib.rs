@@ -21,6 +21,9 @@
 //!   certificate.
 //! - [`backup`]: backup files of the state (`cluster snapshot save`) and
 //!   seeding a new cluster from one (`cluster restore`).
+//! - [`runtime`]: the openraft async runtime (tokio; seeded randomness and
+//!   inline blocking work on a simulated thread).
+//! - [`simnet`]: the in-memory network of the deterministic simulation.
 //! - [`hooks`]: fault-injection hooks for tests and the chaos harness
 //!   (link faults in the transport, fault points inside requests).
 #![deny(missing_docs)]
@@ -29,6 +32,8 @@ pub mod backup;
 pub mod hooks;
 pub mod network;
 pub mod peer_service;
+pub mod runtime;
+pub mod simnet;
 pub mod state_machine;
 pub mod tls;
 pub mod types;

@@ -172,8 +172,8 @@ impl PeerClients {
                     let channel = endpoint(addr, target, self.shared.tls.as_deref())
                         .map_err(|error| {
                             format!("node {target} has an invalid address {addr:?}: {error}")
-                        })?
-                        .connect_lazy();
+                        })?;
+                    let channel = crate::simnet::channel_lazy(channel);
                     channels.insert(
                         target,
                         CachedChannel {
