@@ -298,8 +298,10 @@ impl Nemesis {
         loop {
             let quiet = self.ms(QUIET_MS.0, QUIET_MS.1);
             tokio::select! {
-                _ = tokio::time::sleep(quiet) => {}
+                // `biased`: deterministic for `--sim`.
+                biased;
                 _ = stop.wait_for(|stopped| *stopped) => break,
+                _ = tokio::time::sleep(quiet) => {}
             }
             if *stop.borrow() {
                 break;
@@ -512,6 +514,8 @@ impl Nemesis {
         }
         // The workload may end meanwhile: then nothing reaches the point.
         let fired = tokio::select! {
+            // `biased`: deterministic for `--sim`.
+            biased;
             fired = tokio::time::timeout(TRIGGER_WAIT_MAX, self.fired.recv()) => fired.ok().flatten(),
             _ = stop.wait_for(|stopped| *stopped) => None,
         };
@@ -803,8 +807,10 @@ impl Lane {
                 _ => self.ms(300, 1_000),
             };
             tokio::select! {
-                _ = tokio::time::sleep(quiet) => {}
+                // `biased`: deterministic for `--sim`.
+                biased;
                 _ = stop.wait_for(|stopped| *stopped) => break,
+                _ = tokio::time::sleep(quiet) => {}
             }
             if *stop.borrow() {
                 break;

@@ -676,7 +676,7 @@ impl ClusterAdmin for AdminService {
         }
         // Drawn here, on the leader, and written into the command: apply
         // has no randomness.
-        let key: [u8; 32] = rand::random();
+        let key: [u8; 32] = crate::ids::random_bytes();
         let command = palisade_lifecycle::Command::RotateTokenKey {
             token_secret_hex: hex::encode(key),
             grace_ms,

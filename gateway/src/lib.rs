@@ -97,6 +97,7 @@ pub mod edge;
 pub mod errors;
 pub mod executor;
 pub mod founding;
+pub mod ids;
 pub mod node;
 pub mod observe;
 pub mod planted;

@@ -826,6 +826,8 @@ async fn serve_replica(
     let mut server = tokio::spawn(server);
 
     tokio::select! {
+        // `biased`: deterministic for `--sim`.
+        biased;
         () = shutdown => {}
         reason = cannot_serve(&raft, &fatal_state) => {
             tracing::error!(
@@ -968,12 +970,15 @@ async fn cannot_serve(raft: &Raft, state: &palisade_raft::StateHandle) -> String
             return palisade_raft::state_machine::POISONED.to_string();
         }
         tokio::select! {
+            // `biased`: deterministic for `--sim`; the timer first (ready
+            // once a period, so the metrics are never starved).
+            biased;
+            _ = poison_check.tick() => {}
             changed = metrics.changed() => {
                 if changed.is_err() {
                     return "Raft stopped (its metrics channel closed)".to_string();
                 }
             }
-            _ = poison_check.tick() => {}
         }
     }
 }

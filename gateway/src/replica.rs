@@ -373,6 +373,8 @@ impl Replica {
             }
         };
         tokio::select! {
+            // `biased`: deterministic for `--sim`; finished work wins.
+            biased;
             done = work => Some(done),
             () = replaced => None,
         }
@@ -463,6 +465,15 @@ impl Replica {
                 ));
             }
             tokio::select! {
+                // `biased` (deterministic for `--sim`): the deadline first,
+                // so that a stream of new entries cannot hold a caller past it.
+                biased;
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(errors::unavailable(
+                        OUTCOME_PENDING,
+                        "the operation is still in flight; retry to wait for its result",
+                    ));
+                }
                 changed = applied.changed() => {
                     if changed.is_err() {
                         // The operation was accepted and goes on without us.
@@ -473,12 +484,6 @@ impl Replica {
                     }
                 }
                 _ = metrics.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(errors::unavailable(
-                        OUTCOME_PENDING,
-                        "the operation is still in flight; retry to wait for its result",
-                    ));
-                }
             }
         }
     }
