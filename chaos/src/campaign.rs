@@ -168,7 +168,7 @@ pub struct Report {
     /// The history: every operation (for `--report-dir`; not in `--json`).
     #[serde(skip)]
     pub history: Vec<crate::history::Operation>,
-    /// Wall-clock duration, seconds.
+    /// Wall-clock duration, seconds (simulated seconds in the simulation).
     pub duration_seconds: f64,
 }
 
@@ -281,7 +281,11 @@ impl std::fmt::Display for Report {
         if self.checks.projection_checked {
             writeln!(f, "  PostgreSQL projection compared with the state")?;
         }
-        writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        if self.mode == "simulated" {
+            writeln!(f, "  duration: {:.1}s (simulated)", self.duration_seconds)?;
+        } else {
+            writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        }
         if self.is_vacuous() {
             writeln!(
                 f,

@@ -159,9 +159,17 @@ impl Cluster {
         link_faults: Arc<dyn LinkFaults>,
         fault_points: Arc<dyn FaultPoints>,
     ) -> Result<Cluster, ChaosError> {
-        let root = tempfile::Builder::new()
-            .prefix("palisade-chaos-")
-            .tempdir()?;
+        let mut root = tempfile::Builder::new();
+        root.prefix("palisade-chaos-");
+        let shm = std::path::Path::new("/dev/shm");
+        let root = if config.sim.is_some() && shm.is_dir() {
+            // The simulation's replicas wait for each fsync on the one
+            // thread (storage work runs inline there): on tmpfs an fsync
+            // costs nothing, and the files are still real redb files.
+            root.tempdir_in(shm)?
+        } else {
+            root.tempdir()?
+        };
         let mut slots = Vec::new();
         let mut initial_cluster = BTreeMap::new();
         for node_id in 1..=config.replicas {
