@@ -349,7 +349,8 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
 pub fn simulate(config: &CampaignConfig) -> Result<Report, ChaosError> {
     if config.postgres {
         return Err(ChaosError::Config(
-            "--sim runs without PostgreSQL (a real server is not simulated); drop --postgres".into(),
+            "--sim runs without PostgreSQL (a real server is not simulated); drop --postgres"
+                .into(),
         ));
     }
     if let Some(kind) = config

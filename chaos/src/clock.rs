@@ -82,9 +82,8 @@ impl SkewedClock {
 impl palisade_gateway::clock::WallClock for SkewedClock {
     fn now_ms(&self) -> i64 {
         let base = match self.simulated_since {
-            Some(since) => {
-                SIM_EPOCH_MS.saturating_add(since.elapsed().as_millis().min(i64::MAX as u128) as i64)
-            }
+            Some(since) => SIM_EPOCH_MS
+                .saturating_add(since.elapsed().as_millis().min(i64::MAX as u128) as i64),
             None => palisade_gateway::clock::system_now_ms(),
         };
         base.saturating_add(self.offset_ms())

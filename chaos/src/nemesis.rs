@@ -473,7 +473,9 @@ impl Nemesis {
                 PointKind::SnapshotInstall,
             ]
         };
-        let kind = *points.choose(&mut self.rng).unwrap_or(&PointKind::EffectDone);
+        let kind = *points
+            .choose(&mut self.rng)
+            .unwrap_or(&PointKind::EffectDone);
         let action = if self.rng.random_bool(0.5) || simulated {
             PointAction::Transfer {
                 hold: self.ms(20, 800),

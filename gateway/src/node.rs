@@ -805,15 +805,15 @@ async fn serve_replica(
         let _ = drain_rx.await;
     };
     let public = match listener {
-        PublicListener::Tcp(listener) => futures::future::Either::Left(
-            public.serve_with_incoming_shutdown(
+        PublicListener::Tcp(listener) => {
+            futures::future::Either::Left(public.serve_with_incoming_shutdown(
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                 drained,
-            ),
-        ),
-        PublicListener::Sim(incoming) => futures::future::Either::Right(
-            public.serve_with_incoming_shutdown(incoming, drained),
-        ),
+            ))
+        }
+        PublicListener::Sim(incoming) => {
+            futures::future::Either::Right(public.serve_with_incoming_shutdown(incoming, drained))
+        }
     };
     // Both servers as one task: it ends when either fails, or when both
     // closed after the drain.

@@ -24,9 +24,9 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use openraft::AsyncRuntime;
 use openraft::OptionalSend;
 use openraft::impls::TokioRuntime;
-use openraft::AsyncRuntime;
 
 thread_local! {
     /// The seeded generator's state (`None`: not seeded).

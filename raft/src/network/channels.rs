@@ -169,8 +169,8 @@ impl PeerClients {
             match channels.get(&target) {
                 Some(cached) if cached.addr == addr => cached.channel.clone(),
                 _ => {
-                    let channel = endpoint(addr, target, self.shared.tls.as_deref())
-                        .map_err(|error| {
+                    let channel =
+                        endpoint(addr, target, self.shared.tls.as_deref()).map_err(|error| {
                             format!("node {target} has an invalid address {addr:?}: {error}")
                         })?;
                     let channel = crate::simnet::channel_lazy(channel);
