@@ -8,7 +8,7 @@ use palisade_chaos::campaign::simulate;
 use palisade_chaos::{CampaignConfig, Mode, NemesisKind, Report};
 
 /// Operations per campaign: enough for every simulated nemesis to fire.
-const OPERATIONS: usize = 300;
+const OPERATIONS: usize = 200;
 
 fn simulated(seed: u64) -> Report {
     let config = CampaignConfig {
