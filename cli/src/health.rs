@@ -37,6 +37,9 @@ pub struct HealthArgs {
     pub service: String,
     /// Trust this CA (PEM) for the replicas' certificates instead of the
     /// client config's; no client certificate is needed for health.
+    /// Ignored with `--insecure`, which asks over plaintext: the image sets
+    /// PALISADE_HEALTH_CA, and a replica run with `--insecure` in it is
+    /// probed with `palisade --insecure health`.
     #[arg(long, env = "PALISADE_HEALTH_CA")]
     pub ca: Option<PathBuf>,
     /// How long to wait for each endpoint's answer (connection included).
@@ -65,10 +68,12 @@ impl Probe {
 pub async fn run(
     endpoints: &[String],
     tls: Option<ClientTls>,
+    insecure: bool,
     args: &HealthArgs,
     output: Output,
 ) -> anyhow::Result<()> {
     let tls = match &args.ca {
+        Some(_) if insecure => None,
         Some(path) => Some(ClientTls {
             ca_pem: std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read the CA {}", path.display()))?,

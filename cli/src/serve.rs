@@ -569,6 +569,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
     };
     #[cfg(feature = "test-hooks")]
+    if let Some(level) = std::env::var_os(SUPPORTED_FEATURE_LEVEL_ENV) {
+        // TEST-ONLY (a `test-hooks` build): play a release that supports
+        // a lower cluster feature level (the mixed-level tests).
+        let level: u32 = level
+            .to_str()
+            .and_then(|level| level.parse().ok())
+            .with_context(|| format!("{SUPPORTED_FEATURE_LEVEL_ENV} must be a number"))?;
+        palisade_raft::feature_level::lower_supported_for_tests(level);
+        tracing::warn!(
+            supported = palisade_raft::feature_level::supported(),
+            "TEST BUILD: supported feature level lowered"
+        );
+    }
+    #[cfg(feature = "test-hooks")]
     if let Some(dir) = std::env::var_os(palisade_testkit::gate::GATE_DIR_ENV) {
         // TEST-ONLY (a `test-hooks` build): the file gate at the executor's
         // before-effect point.
@@ -592,6 +606,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     Ok(palisade_gateway::node::run(config, driver, shutdown_signal()).await?)
 }
+
+/// TEST-ONLY (read only by `test-hooks` builds): the cluster feature level
+/// this replica claims to support, below its build's
+/// (`palisade_raft::feature_level::lower_supported_for_tests`).
+#[cfg(feature = "test-hooks")]
+pub const SUPPORTED_FEATURE_LEVEL_ENV: &str = "PALISADE_TEST_SUPPORTED_FEATURE_LEVEL";
 
 #[cfg(test)]
 mod tests {

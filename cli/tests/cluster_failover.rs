@@ -291,8 +291,15 @@ async fn sigterm_leader_hands_off_and_no_request_fails() {
         .and_then(|to| to.trim().parse().ok())
         .unwrap_or_else(|| panic!("{log}"));
 
+    // Leadership went to a survivor. On a loaded machine another election
+    // may follow the transfer, so the leader found now need not be the one
+    // the log named; it is a survivor in a later term either way.
+    assert!(
+        survivors.contains(&handed_to),
+        "handed to {handed_to}: {log}"
+    );
     let (new_leader, new_term) = cluster.wait_for_leader(&survivors).await;
-    assert_eq!(new_leader, handed_to);
+    assert!(survivors.contains(&new_leader));
     assert!(new_term > term);
     workload.wait_for_more(12, PHASE_TIMEOUT).await;
     let logs = workload.finish().await;

@@ -102,3 +102,32 @@ fn health_reports_serving_with_the_ca_alone_and_fails_otherwise() {
     );
     assert!(Path::new(ca).exists());
 }
+
+/// The image sets PALISADE_HEALTH_CA; a replica run there with `--insecure`
+/// is probed with `palisade --insecure health`, which must ask over
+/// plaintext and not fail on the (absent) CA file.
+#[test]
+fn insecure_health_ignores_the_images_ca_variable() {
+    let cluster = Cluster::start_spec(ClusterSpec::new(palisade(), 1));
+    let address = cluster.replica(1).address().to_string();
+    let probe = || {
+        Command::new(palisade())
+            .args(["--insecure", "--endpoint", &address, "health"])
+            .env_remove("PALISADE_CONFIG")
+            .env("PALISADE_HEALTH_CA", "/nonexistent/pki/ca.pem")
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run palisade health")
+    };
+    let start = std::time::Instant::now();
+    let output = loop {
+        let output = probe();
+        if output.status.success() || start.elapsed() > std::time::Duration::from_secs(60) {
+            break output;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("SERVING"), "{}", text(&output));
+}

@@ -1074,3 +1074,49 @@ async fn an_execution_recorded_under_another_driver_identity_is_uncertain() {
         .expect("remove");
     assert!(fixture.processes().is_empty());
 }
+
+/// `palisade shim launch` returns only once its shim said what it did (here:
+/// recorded and started the command), so the driver's launch observes the report
+/// at once instead of polling for it.
+#[tokio::test]
+async fn the_launcher_exits_once_its_shim_reported() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    for generation in 1..=3 {
+        let spec = fixture.spec("sandbox-r", generation, &["sleep", "1000"]);
+        // An execution directory with its spec, as a launch leaves it just before
+        // it starts the launcher.
+        interrupted_launch(&driver, &spec);
+        let dir = driver.execution_dir(&spec.sandbox_id, spec.generation);
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(
+                palisade_driver::process::ShimArgs::Launch {
+                    execution_dir: dir.clone(),
+                }
+                .to_argv(),
+            )
+            .env_clear()
+            .stdin(Stdio::null())
+            .status()
+            .expect("launcher");
+        assert!(status.success(), "launcher: {status}");
+        assert!(
+            dir.join("command.json").is_file(),
+            "the launcher of generation {generation} exited before its shim recorded the command"
+        );
+        driver
+            .stop(
+                "sandbox-r",
+                generation,
+                Duration::ZERO,
+                &fixture.fence_for(&spec),
+            )
+            .await
+            .expect("stop");
+    }
+    driver
+        .remove("sandbox-r", &fixture.fence("sandbox-r", 0))
+        .await
+        .expect("remove");
+    assert!(fixture.processes().is_empty());
+}

@@ -11,17 +11,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{eventually, free_ports, palisade};
+use support::{eventually, free_up_base_port, palisade};
 
 /// `palisade up` in `dir`, stopped (SIGTERM, then SIGKILL) and its
 /// sandboxes killed on drop.
 struct Up {
     child: Child,
     dir: PathBuf,
+    /// `up`'s stdout and stderr, shown when the test fails.
+    output: PathBuf,
 }
 
 impl Drop for Up {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "palisade up printed:\n{}",
+                std::fs::read_to_string(&self.output).unwrap_or_default()
+            );
+        }
         support::signal(self.child.id(), libc::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
@@ -76,22 +84,26 @@ fn find(dir: &Path, file_name: &str) -> Option<PathBuf> {
 #[test]
 fn up_makes_a_private_pki_and_the_cli_finds_it() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let base = free_ports(3);
+    let base = free_up_base_port();
     let endpoints = (0..3)
         .map(|offset| format!("127.0.0.1:{}", base + offset))
         .collect::<Vec<_>>()
         .join(",");
+    let output = dir.path().join("up.out");
+    let stdout = std::fs::File::create(&output).expect("up's output file");
+    let stderr = stdout.try_clone().expect("up's output file");
     let child = Command::new(palisade())
         .current_dir(dir.path())
         .args(["up", "--base-port", &base.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
         .spawn()
         .expect("start palisade up");
     let up = Up {
         child,
         dir: dir.path().to_path_buf(),
+        output,
     };
     let data = up.dir.join(".palisade");
 

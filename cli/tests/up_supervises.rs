@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::cluster::cluster_info;
-use support::{alive, free_ports, palisade, signal};
+use support::{alive, free_up_base_port, palisade, signal};
 
 const PHASE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -95,7 +95,7 @@ impl Drop for Up {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     let dir = tempfile::tempdir().unwrap();
-    let base = free_ports(3);
+    let base = free_up_base_port();
     let mut up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
     up.wait_line("Palisade is up", |line| {
         line.starts_with("Palisade is up").then_some(())

@@ -233,6 +233,8 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         receipts: replica
             .state
             .read(|applied| applied.state.receipts.len() as u64),
+        feature_level: replica.state.read(|applied| applied.state.feature_level),
+        supported_feature_level: palisade_raft::feature_level::supported(),
         members_heard_from: replica.members_heard.ids(),
         projection,
         state_digest,

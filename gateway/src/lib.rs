@@ -96,6 +96,7 @@ pub mod convert;
 pub mod edge;
 pub mod errors;
 pub mod executor;
+pub mod feature_level;
 pub mod founding;
 pub mod ids;
 pub mod node;

@@ -217,6 +217,10 @@ pub enum NodeError {
         /// The node id this replica was started with.
         node_id: NodeId,
     },
+    /// The data directory is at a cluster feature level above what this
+    /// build supports (a downgrade after the level was raised).
+    #[error("{0}")]
+    FeatureLevel(#[from] palisade_raft::feature_level::LevelTooHigh),
     /// The TLS material is unusable, or does not fit the configuration.
     #[error("TLS: {0}")]
     Tls(String),
@@ -554,9 +558,12 @@ async fn serve_replica(
     log_store.set_timings(Arc::new(crate::observe::LogTimings(metrics.log.clone())));
     // Projection: the projector reads the log through its own reader.
     let log_reader = log_store.reader();
+    let format_record = log_store.format_record();
     let mut state_machine = LifecycleStateMachine::open(&config.data_dir.join(SNAPSHOT_DIR))
         .map_err(NodeError::SnapshotStore)?
-        .with_metrics(metrics.raft.clone());
+        .with_metrics(metrics.raft.clone())
+        .with_format_record(format_record.clone());
+    check_feature_level(&config.data_dir, &format_record, &state_machine.handle())?;
     if let Some(fault_points) = &hooks.fault_points {
         state_machine = state_machine.with_fault_points(node_id, fault_points.clone());
     }
@@ -584,6 +591,12 @@ async fn serve_replica(
         return Err(error);
     }
     let members_heard_recorder = founding::spawn_recorder(node_id, &raft, members_heard.clone());
+    let feature_level_raiser = tokio::spawn(crate::feature_level::run(
+        node_id,
+        raft.clone(),
+        state.clone(),
+        peers.clone(),
+    ));
 
     let service_driver = driver.clone();
     let (driver_name, driver_runs_containers) = (driver.name(), driver.runs_containers());
@@ -838,6 +851,7 @@ async fn serve_replica(
             gate.close();
             set_not_serving(&health_reporter).await;
             members_heard_recorder.abort();
+            feature_level_raiser.abort();
             executor.step_down();
             if let Some(projection) = projection {
                 projection.stop().await;
@@ -858,6 +872,7 @@ async fn serve_replica(
         }
         result = &mut server => {
             members_heard_recorder.abort();
+            feature_level_raiser.abort();
             raft_watcher.abort();
             executor.step_down();
             if let Some(projection) = projection {
@@ -893,6 +908,7 @@ async fn serve_replica(
         server.abort();
     }
     members_heard_recorder.abort();
+    feature_level_raiser.abort();
     raft_watcher.abort();
     executor.step_down();
     if let Some(projection) = projection {
@@ -902,6 +918,39 @@ async fn serve_replica(
         warn!(%error, "raft shutdown failed");
     }
     info!(node = node_id, "stopped");
+    Ok(())
+}
+
+/// Refuses to start on a data directory at a cluster feature level above
+/// what this build supports (its log database's `format` record or its
+/// snapshot's state say so), and records the snapshot's level in the log
+/// database if a restore or an older run left it lower, so that releases
+/// before feature levels refuse the directory too.
+fn check_feature_level(
+    data_dir: &std::path::Path,
+    format_record: &palisade_storage::FormatRecord,
+    state: &palisade_raft::StateHandle,
+) -> Result<(), NodeError> {
+    let recorded = format_record
+        .version()
+        .map_err(|error| NodeError::LogStore {
+            path: data_dir.to_path_buf(),
+            message: error.to_string(),
+        })?;
+    let in_snapshot = state.read(|applied| applied.state.feature_level);
+    let level = recorded.max(in_snapshot);
+    palisade_raft::feature_level::check(
+        || format!("the data directory {}", data_dir.display()),
+        level,
+    )?;
+    if in_snapshot > recorded {
+        format_record
+            .raise(in_snapshot)
+            .map_err(|error| NodeError::LogStore {
+                path: data_dir.to_path_buf(),
+                message: error.to_string(),
+            })?;
+    }
     Ok(())
 }
 
@@ -1079,7 +1128,12 @@ async fn hand_off_leadership(replica: &Replica) {
         )
         .await;
     match moved {
-        Ok(_) => info!(to = target, "leadership handed off"),
+        // The leader that took over, which is the target unless another
+        // election overtook the transfer.
+        Ok(metrics) => info!(
+            to = metrics.current_leader.unwrap_or(target),
+            "leadership handed off"
+        ),
         Err(error) => warn!(%error, "leadership did not move in time"),
     }
 }

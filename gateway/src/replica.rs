@@ -22,6 +22,7 @@
 //! that could not even be sent, is retried here, at the leader known next.
 
 use openraft::async_runtime::WatchReceiver as _;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use palisade_lifecycle::{Command, Response};
 use palisade_raft::network::{ForwardError, PeerClients};
 use palisade_raft::state_machine::AppliedState;
 use palisade_raft::{NodeId, Raft, StateHandle};
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use crate::errors::{self, LEADERSHIP_CHANGED, NO_LEADER, OUTCOME_PENDING};
@@ -103,6 +105,12 @@ pub struct Replica {
 
 /// How long to wait before asking again who leads, while an election runs.
 const LEADER_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A handler waiting on one sandbox re-reads its receipt at least this often,
+/// woken or not: a safety net should a change that settles it ever not be
+/// attributed to its sandbox (see `palisade_raft::waiters`). Not a latency:
+/// the wake-up on the sandbox is.
+const WAIT_RECHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Replica {
     /// The leader this replica currently knows of, and its address.
@@ -444,26 +452,57 @@ impl Replica {
     /// returned. Answers LEADERSHIP_CHANGED if this replica proposed as
     /// leader in `proposed_as_leader_in` and stopped leading in that term,
     /// and OUTCOME_PENDING after the operation wait limit.
+    ///
+    /// With `sandbox_id`, it wakes only when an applied batch touched that
+    /// sandbox (or changed something not tied to one), when leadership
+    /// changes, and every [`WAIT_RECHECK_INTERVAL`] as a safety net; without
+    /// it, on every applied batch.
     pub async fn wait_until<T>(
         &self,
         proposed_as_leader_in: Option<u64>,
+        sandbox_id: Option<&str>,
         mut done: impl FnMut(&AppliedState) -> Option<T>,
     ) -> Result<T, tonic::Status> {
         let deadline = Instant::now() + self.timeouts.operation_wait_max;
         let mut applied = self.state.subscribe();
-        let mut metrics = self.raft.metrics();
+        // Leadership changes only (vote, state, leader, membership), not every
+        // log or apply step as `metrics()` does.
+        let mut server = self.raft.server_metrics();
+        let waiter = sandbox_id.map(|sandbox_id| self.state.wait_on_sandbox(sandbox_id));
         loop {
+            // Armed before the state is read: a change applied between the
+            // read and the wait still wakes this handler.
+            let touched = waiter.as_ref().map(|waiter| waiter.sandbox.notified());
+            let everyone = waiter.as_ref().map(|waiter| waiter.everyone.notified());
+            tokio::pin!(touched, everyone);
+            if let Some(touched) = touched.as_mut().as_pin_mut() {
+                touched.enable();
+            }
+            if let Some(everyone) = everyone.as_mut().as_pin_mut() {
+                everyone.enable();
+            }
             if let Some(value) = self.state.read(&mut done) {
                 return Ok(value);
             }
+            // The server metrics (which woke us) are published just before
+            // the full metrics `leading_term` reads: a leader that stepped
+            // down shows in the former first.
             if let Some(term) = proposed_as_leader_in
-                && self.leading_term() != Some(term)
+                && (server.borrow_watched().current_leader != Some(self.node_id)
+                    || self.leading_term() != Some(term))
             {
                 return Err(errors::unavailable(
                     LEADERSHIP_CHANGED,
                     "this replica lost leadership while the operation was in flight; retry: the new leader finishes it",
                 ));
             }
+            let shutting_down = || {
+                // The operation was accepted and goes on without us.
+                Err(errors::unavailable(
+                    OUTCOME_PENDING,
+                    "this replica is shutting down while the operation is in flight; retry on another replica to wait for its result",
+                ))
+            };
             tokio::select! {
                 // `biased` (deterministic for `--sim`): the deadline first,
                 // so that a stream of new entries cannot hold a caller past it.
@@ -474,17 +513,32 @@ impl Replica {
                         "the operation is still in flight; retry to wait for its result",
                     ));
                 }
-                changed = applied.changed() => {
+                changed = applied.changed(), if waiter.is_none() => {
                     if changed.is_err() {
-                        // The operation was accepted and goes on without us.
-                        return Err(errors::unavailable(
-                            OUTCOME_PENDING,
-                            "this replica is shutting down while the operation is in flight; retry on another replica to wait for its result",
-                        ));
+                        return shutting_down();
                     }
                 }
-                _ = metrics.changed() => {}
+                true = wait_armed(touched.as_mut().as_pin_mut()) => {}
+                true = wait_armed(everyone.as_mut().as_pin_mut()) => {}
+                _ = tokio::time::sleep(WAIT_RECHECK_INTERVAL), if waiter.is_some() => {}
+                changed = server.changed() => {
+                    if changed.is_err() {
+                        return shutting_down();
+                    }
+                }
             }
         }
+    }
+}
+
+/// Waits for an armed wake-up, if there is one: true once it fired, false at
+/// once without one (a `select!` branch that then never matches).
+async fn wait_armed(notified: Option<Pin<&mut Notified<'_>>>) -> bool {
+    match notified {
+        Some(notified) => {
+            notified.await;
+            true
+        }
+        None => false,
     }
 }

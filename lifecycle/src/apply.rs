@@ -503,6 +503,12 @@ pub fn apply(state: &mut State, position: LogPosition, command: &Command) -> Res
             tick(state, *now_ms);
             Ok(Outcome::Housekeeping)
         }
+        Command::RaiseFeatureLevel { level } => {
+            // Up only; whether this build supports the level is the
+            // replica layer's check, not apply's (see `crate::feature`).
+            state.feature_level = state.feature_level.max(*level);
+            Ok(Outcome::Housekeeping)
+        }
         Command::ConfigureReceiptRetention { retention_ms } => {
             state.receipt_retention_ms =
                 (*retention_ms).clamp(RECEIPT_RETENTION_MS_MIN, RECEIPT_RETENTION_MS_MAX);

@@ -171,6 +171,7 @@ fn touched_sandbox(state: &State, command: &Command) -> Option<String> {
         | Command::AdoptDriverIdentity { .. }
         | Command::Tick { .. }
         | Command::ConfigureReceiptRetention { .. }
-        | Command::ConfigureQuotas { .. } => None,
+        | Command::ConfigureQuotas { .. }
+        | Command::RaiseFeatureLevel { .. } => None,
     }
 }

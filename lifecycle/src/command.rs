@@ -276,6 +276,15 @@ pub enum Command {
         /// Most SSH sessions plus policies per workspace.
         owned_records_per_workspace: u64,
     },
+    /// Raises the cluster feature level ([`crate::feature`]) to `level`;
+    /// a level at or below the current one changes nothing (the level
+    /// never goes down). Leader-internal: the leader proposes it once every
+    /// voter reports that its build supports `level`. Needs feature level 2
+    /// itself: a release before feature levels cannot decode it.
+    RaiseFeatureLevel {
+        /// The new level.
+        level: u32,
+    },
     /// The driver finished launching `generation`.
     CompleteLaunch {
         /// Sandbox id.
@@ -466,6 +475,7 @@ impl Command {
             | Command::Tick { .. }
             | Command::ConfigureReceiptRetention { .. }
             | Command::ConfigureQuotas { .. }
+            | Command::RaiseFeatureLevel { .. }
             | Command::CompleteLaunch { .. }
             | Command::CompleteStop { .. }
             | Command::CompleteDelete { .. }
@@ -508,6 +518,7 @@ impl Command {
             Command::Tick { .. } => "Tick",
             Command::ConfigureReceiptRetention { .. } => "ConfigureReceiptRetention",
             Command::ConfigureQuotas { .. } => "ConfigureQuotas",
+            Command::RaiseFeatureLevel { .. } => "RaiseFeatureLevel",
         }
     }
 }

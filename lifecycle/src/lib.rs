@@ -57,6 +57,8 @@
 //! - [`receipts`]: request receipts, compact outcomes indexed by expiry
 //!   and workspace (why: see the module).
 //! - [`command`]: what can be proposed.
+//! - [`feature`]: the cluster feature level: which command kinds it
+//!   permits.
 //! - [`apply`](mod@apply): the state transition function and its outcomes.
 //! - [`census`]: sandbox counts by workspace and phase, kept at apply.
 //! - `owned`: SSH sessions and policies, the records a sandbox owns.
@@ -67,6 +69,7 @@
 pub mod apply;
 pub mod census;
 pub mod command;
+pub mod feature;
 pub mod limits;
 mod owned;
 pub mod planted;

@@ -404,6 +404,15 @@ pub struct State {
     /// API tokens (bearer credentials) by id; only a hash of each secret.
     #[serde(default)]
     pub api_tokens: BTreeMap<String, ApiToken>,
+    /// The cluster feature level ([`crate::feature`]): raised by
+    /// `RaiseFeatureLevel`, never lowered. Not serialized at the base
+    /// level, so a state that never saw a raise encodes (and digests)
+    /// exactly as it did before feature levels existed.
+    #[serde(
+        default = "crate::feature::base",
+        skip_serializing_if = "crate::feature::is_base"
+    )]
+    pub feature_level: u32,
 }
 
 /// Per-workspace quotas: replicated configuration (`ConfigureQuotas`,
@@ -515,6 +524,7 @@ impl State {
             receipt_retention_ms: 0,
             quotas: Quotas::default(),
             api_tokens: BTreeMap::new(),
+            feature_level: crate::feature::FEATURE_LEVEL_BASE,
         }
     }
 

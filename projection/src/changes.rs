@@ -132,6 +132,7 @@ impl Shadow {
             receipt_retention_ms: state.receipt_retention_ms,
             quotas: state.quotas,
             api_tokens: state.api_tokens.clone(),
+            feature_level: state.feature_level,
         };
         if let Some(cluster) = copy.cluster.as_mut() {
             cluster.token_secret_hex.clear();
@@ -303,6 +304,7 @@ impl Subject {
             | Command::AdoptDriverIdentity { .. }
             | Command::ConfigureReceiptRetention { .. }
             | Command::ConfigureQuotas { .. }
+            | Command::RaiseFeatureLevel { .. }
             | Command::CreateApiToken { .. }
             | Command::RevokeApiToken { .. } => Subject::default(),
             // Unwrapped by the caller (`Shadow::apply`); kept for a nested

@@ -12,6 +12,8 @@
 //!
 //! # Layout
 //!
+//! - [`feature_level`]: the feature level this build supports, and the
+//!   checks that keep a replica from running below the cluster's level.
 //! - [`types`]: `TypeConfig` and the aliases everyone uses.
 //! - [`state_machine`]: `LifecycleStateMachine`, apply and snapshots, and the
 //!   shared read handle the gateway reads state through.
@@ -29,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod backup;
+pub mod feature_level;
 pub mod hooks;
 pub mod network;
 pub mod peer_service;
@@ -37,6 +40,7 @@ pub mod simnet;
 pub mod state_machine;
 pub mod tls;
 pub mod types;
+pub mod waiters;
 
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
 pub use peer_service::PeerService;

@@ -560,6 +560,14 @@ impl RaftPeer for PeerService {
             .map_err(|error| error.to_string());
         Ok(self.reply(from, &reply))
     }
+
+    async fn supported_feature_level(
+        &self,
+        request: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        let (from, ()) = self.open::<()>(request).await?;
+        Ok(self.reply(from, &crate::feature_level::supported()))
+    }
 }
 
 /// The request side of one `StreamAppend`: admitted, decoded requests.

@@ -6,8 +6,9 @@
 //! simpler than an async one. Durability comes from the Raft log (committed
 //! entries are re-applied after a restart) and from snapshots written
 //! atomically by [`palisade_storage::SnapshotFiles`]. Every applied index is
-//! published on a `watch` channel so request handlers and the effect
-//! executor wake up when the state moves.
+//! published on a `watch` channel so the effect executor wakes up when the
+//! state moves; request handlers waiting on one sandbox are woken only by
+//! batches that touched it ([`crate::waiters`]).
 //!
 //! # The state's byte size
 //!
@@ -49,6 +50,7 @@ use crate::hooks::{FaultPoint, FaultPoints};
 use crate::types::{
     LogId, NodeId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
+use crate::waiters::{SandboxWaiter, SandboxWaiters};
 
 /// Everything the state machine holds: the lifecycle state plus the Raft
 /// bookkeeping that must move with it atomically.
@@ -209,6 +211,8 @@ struct Shared {
     census: Mutex<Census>,
     /// Applied index, published after every apply batch and snapshot install.
     applied_index: watch::Sender<u64>,
+    /// Request handlers waiting on particular sandboxes ([`crate::waiters`]).
+    waiters: Arc<SandboxWaiters>,
 }
 
 /// Read access to the replica's applied state, cheap to clone.
@@ -263,6 +267,13 @@ impl StateHandle {
         self.shared.census.lock().unwrap_or_else(poisoned).clone()
     }
 
+    /// Registers a wait on `sandbox_id`: woken after every apply batch that
+    /// touched it, or that changed something not tied to a sandbox (see
+    /// [`crate::waiters`]).
+    pub fn wait_on_sandbox(&self, sandbox_id: &str) -> SandboxWaiter {
+        self.shared.waiters.register(sandbox_id)
+    }
+
     /// A receiver that changes whenever the applied index moves.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.applied_index.subscribe()
@@ -294,6 +305,10 @@ pub struct LifecycleStateMachine {
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
     /// Apply latency and committed proposals (`--metrics-listen`).
     metrics: Option<palisade_metrics::RaftMetrics>,
+    /// The log database's `format` record, raised to the feature level
+    /// before a raise is applied or a snapshot of a higher level installed
+    /// ([`crate::feature_level`]); `None` in tests without a log store.
+    format_record: Option<palisade_storage::FormatRecord>,
 }
 
 impl LifecycleStateMachine {
@@ -343,11 +358,39 @@ impl LifecycleStateMachine {
                 events: RwLock::new(events),
                 census: Mutex::new(census),
                 applied_index,
+                waiters: Arc::default(),
             }),
             snapshots: Arc::new(snapshots),
             fault_points: None,
             metrics: None,
+            format_record: None,
         })
+    }
+
+    /// Raises `format_record` (the log database's) to the cluster feature
+    /// level whenever this replica applies a raise or installs a snapshot
+    /// of a higher level, so that a release that cannot read the log
+    /// refuses the data directory ([`crate::feature_level`]).
+    pub fn with_format_record(mut self, format_record: palisade_storage::FormatRecord) -> Self {
+        self.format_record = Some(format_record);
+        self
+    }
+
+    /// Before the state moves to feature level `level`: stops this replica
+    /// (fail-stop) if its build does not support the level, and records
+    /// the level in the log database. `what` names where the level comes
+    /// from, for the message.
+    fn entering_level(&self, what: impl FnOnce() -> String, level: u32) -> io::Result<()> {
+        if let Err(too_high) = crate::feature_level::check(what, level) {
+            // Not an outcome of apply (another release applies the same
+            // entry): this replica cannot go on, the others can.
+            tracing::error!(%too_high, "stopping: feature level not supported");
+            panic!("{too_high}");
+        }
+        if let Some(record) = &self.format_record {
+            record.raise(level).map_err(io::Error::other)?;
+        }
+        Ok(())
     }
 
     /// Awaits `fault_points` (as node `node_id`) before installing each
@@ -377,6 +420,24 @@ impl LifecycleStateMachine {
 
     fn write(&self) -> io::Result<std::sync::RwLockWriteGuard<'_, AppliedState>> {
         self.shared.applied.write().map_err(poisoned_io)
+    }
+
+    fn read_state<T>(&self, read: impl FnOnce(&State) -> T) -> io::Result<T> {
+        Ok(read(
+            &self.shared.applied.read().map_err(poisoned_io)?.state,
+        ))
+    }
+}
+
+/// The one sandbox an applied command's outcome is about, if it is about
+/// exactly one: whose waiting requests it may have settled.
+fn touched_sandbox(response: &palisade_lifecycle::Response) -> Option<&str> {
+    match response.as_ref().ok()? {
+        Outcome::OperationBegun { sandbox_id, .. }
+        | Outcome::OperationJoined { sandbox_id, .. }
+        | Outcome::AlreadyDone { sandbox_id }
+        | Outcome::Completed { sandbox_id } => Some(sandbox_id.as_str()),
+        _ => None,
     }
 }
 
@@ -506,10 +567,23 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             + OptionalSend,
     {
         let mut last_index = None;
+        // Whom to wake after the batch: the sandboxes its entries touched,
+        // or everyone for a change not tied to a sandbox.
+        let mut touched: Vec<String> = Vec::new();
+        let mut wake_everyone = false;
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id();
             let mut event = None;
+            if let EntryPayload::Normal(command) = &entry.payload
+                && let (palisade_lifecycle::Command::RaiseFeatureLevel { level }, _) =
+                    command.unattributed()
+            {
+                let current = self.read_state(|state| state.feature_level)?;
+                if *level > current {
+                    self.entering_level(|| format!("log entry {}", log_id.index), *level)?;
+                }
+            }
             let response = {
                 let mut guard = self.write()?;
                 let response = match &entry.payload {
@@ -559,6 +633,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             fault_points.applying(*node_id, log_id.index);
                         }
                         event = sandbox_event(&guard.state, log_id.index, &response, before);
+                        match touched_sandbox(&response) {
+                            Some(sandbox_id) => touched.push(sandbox_id.to_owned()),
+                            None => wake_everyone = true,
+                        }
                         response
                     }
                     EntryPayload::Membership(membership) => {
@@ -580,6 +658,11 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         }
         if let Some(index) = last_index {
             self.shared.applied_index.send_replace(index);
+        }
+        if wake_everyone {
+            self.shared.waiters.wake_everyone();
+        } else {
+            self.shared.waiters.wake(touched.iter().map(String::as_str));
         }
         Ok(())
     }
@@ -603,6 +686,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             )
         })?;
         state.assert_invariants();
+        self.entering_level(
+            || format!("the snapshot received up to {:?}", meta.last_log_id),
+            state.feature_level,
+        )?;
         if let Some((node_id, fault_points)) = &self.fault_points {
             let last_index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
             fault_points
@@ -651,6 +738,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             .map_err(poisoned_io)?
             .reset(index);
         self.shared.applied_index.send_replace(index);
+        self.shared.waiters.wake_everyone();
         Ok(())
     }
 

@@ -94,6 +94,13 @@ impl RaftPeer for SilentPeer {
     async fn read_index(&self, _: Request<PeerMessage>) -> Result<Response<PeerMessage>, Status> {
         Err(Status::unimplemented("silent peer"))
     }
+
+    async fn supported_feature_level(
+        &self,
+        _: Request<PeerMessage>,
+    ) -> Result<Response<PeerMessage>, Status> {
+        Err(Status::unimplemented("silent peer"))
+    }
 }
 
 fn heartbeat() -> AppendEntriesRequest<TypeConfig> {

@@ -244,6 +244,7 @@ fn samples() -> Vec<Command> {
         Command::DeleteWorkspace {
             name: "scratch".into(),
         },
+        Command::RaiseFeatureLevel { level: 2 },
     ]
 }
 

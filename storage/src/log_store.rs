@@ -5,7 +5,16 @@
 //!
 //! - table `log`: `u64` log index -> record holding the JSON of the entry;
 //! - table `meta`: name -> record holding the JSON of a value: `vote`,
-//!   `committed`, `last_purged`, and `format` (the version of this layout).
+//!   `committed`, `last_purged`, and `format`: the version of what the
+//!   database holds. 1 is this layout with entries every release reads;
+//!   the owner raises it ([`FormatRecord::raise`]) when it starts writing
+//!   entries an older release cannot decode (Palisade: to the cluster
+//!   feature level once a replica applied a raise), so that an older
+//!   release refuses the whole database at open with a clear message
+//!   instead of failing on one entry later. Releases before the record
+//!   could move accept exactly 1; this one opens any version and leaves
+//!   the comparison with what its build supports to the owner
+//!   ([`FormatRecord::version`]).
 //!
 //! Every record carries a CRC-32 over its key and payload (see the
 //! crate-private `record` module), verified on every read.
@@ -83,7 +92,8 @@ pub const LOG_FILE_NAME: &str = "log.redb";
 /// transport must accept messages of at least this size plus framing.
 pub const READ_BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-/// Version of the database layout described in the module documentation.
+/// Version of the database layout described in the module documentation:
+/// what a new database is created with, and the lowest version there is.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// Memory redb may use to cache pages of the log file. redb's default is 1 GiB;
@@ -236,6 +246,14 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// A read handle sharing this store's database.
     pub fn reader(&self) -> LogReader<C> {
         self.reader.clone()
+    }
+
+    /// The database's `format` record (see the module doc), as a handle
+    /// the owner keeps to raise it later.
+    pub fn format_record(&self) -> FormatRecord {
+        FormatRecord {
+            shared: self.reader.shared.clone(),
+        }
     }
 
     /// Reads and verifies every record in the log (checksums, decoding,
@@ -510,6 +528,47 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     }
 }
 
+/// The `format` record of one log database (see the module doc). Cheap to
+/// clone; shares the store's open database.
+#[derive(Clone)]
+pub struct FormatRecord {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for FormatRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FormatRecord")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl FormatRecord {
+    /// The version recorded now.
+    pub fn version(&self) -> Result<u32, LogStoreError> {
+        let txn = self
+            .shared
+            .db
+            .begin_read()
+            .map_err(LogStoreError::database("read the format version"))?;
+        let meta = open_meta_read(&txn)?;
+        Ok(read_meta::<u32>(&meta, META_FORMAT)?.unwrap_or(FORMAT_VERSION))
+    }
+
+    /// Raises the recorded version to `version` durably (one transaction,
+    /// fsynced); a lower or equal `version` changes nothing. Blocking.
+    pub fn raise(&self, version: u32) -> Result<(), LogStoreError> {
+        write(&self.shared, "raise the format version", |txn| {
+            let mut meta = open_meta_write(txn)?;
+            let current = read_meta::<u32>(&meta, META_FORMAT)?.unwrap_or(FORMAT_VERSION);
+            if version > current {
+                write_meta(&mut meta, META_FORMAT, &version)?;
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Creates the tables if needed and checks (or records) the format version.
 fn initialize(shared: &Shared) -> Result<(), LogStoreError> {
     write(shared, "initialize", |txn| {
@@ -518,7 +577,9 @@ fn initialize(shared: &Shared) -> Result<(), LogStoreError> {
         let mut meta = open_meta_write(txn)?;
         match read_meta::<u32>(&meta, META_FORMAT)? {
             None => write_meta(&mut meta, META_FORMAT, &FORMAT_VERSION),
-            Some(FORMAT_VERSION) => Ok(()),
+            // Higher versions have this layout too (see the module doc):
+            // the owner decides whether its build reads their entries.
+            Some(found) if found >= FORMAT_VERSION => Ok(()),
             Some(found) => Err(LogStoreError::UnsupportedFormat {
                 path: shared.path.clone(),
                 found,
@@ -801,6 +862,22 @@ mod tests {
     use crate::testing::log_id;
 
     type Store = LogStore<TestConfig>;
+
+    #[test]
+    fn the_format_record_is_raised_durably_and_never_lowered() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let record = store.format_record();
+        assert_eq!(record.version().unwrap(), FORMAT_VERSION);
+        record.raise(2).unwrap();
+        record.raise(1).unwrap();
+        assert_eq!(record.version().unwrap(), 2);
+        drop((record, store));
+        // A raised database still opens (the owner compares the version
+        // with what its build supports).
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.format_record().version().unwrap(), 2);
+    }
 
     async fn store_with_entries(dir: &Path, indexes: std::ops::Range<u64>) -> Store {
         let mut store = Store::open(dir).unwrap();

@@ -495,7 +495,9 @@ pub async fn run_client(cli: Cli) -> anyhow::Result<()> {
             interval_seconds,
         }) => watch_cluster_status(&endpoints, tls, token, output, interval_seconds).await,
         Command::Auth(command) => auth::run(&mut client, &workspace, output, command).await,
-        Command::Health(args) => crate::health::run(&endpoints, tls, &args, output).await,
+        Command::Health(args) => {
+            crate::health::run(&endpoints, tls, cli.insecure, &args, output).await
+        }
         Command::Cluster(command) => cluster_change(&mut client, output, command).await,
         Command::Up(_) | Command::Gateway(_) | Command::Shim(_) | Command::Chaos(_) => {
             unreachable!("server, shim and chaos commands are dispatched in main")
@@ -706,6 +708,8 @@ async fn cluster_status(
                 "state_bytes": info.state_bytes,
                 "state_bytes_max": info.state_bytes_max,
                 "receipts": info.receipts,
+                "feature_level": info.feature_level,
+                "supported_feature_level": info.supported_feature_level,
                 "executor_blocked": (!info.executor_blocked.is_empty()).then_some(&info.executor_blocked),
                 "projection": info.projection.as_ref().map(|projection| json!({
                     "state": projection.state,
@@ -748,6 +752,7 @@ async fn cluster_status(
                             "-".into(),
                             "-".into(),
                             "-".into(),
+                            "-".into(),
                         ]
                     } else {
                         let projection = match &view["projection"] {
@@ -774,6 +779,11 @@ async fn cluster_status(
                                 view["state_bytes"].as_u64().unwrap_or(0) as f64 / 1048576.0,
                                 view["state_bytes_max"].as_u64().unwrap_or(0) / 1048576
                             ),
+                            format!(
+                                "{} (supports {})",
+                                text("feature_level"),
+                                text("supported_feature_level")
+                            ),
                             projection,
                         ]
                     }
@@ -790,6 +800,7 @@ async fn cluster_status(
                     "APPLIED",
                     "LAG",
                     "STATE SIZE",
+                    "FEATURE LEVEL",
                     "PROJECTION",
                 ],
                 &rows,

@@ -29,6 +29,13 @@ pub fn free_ports(count: u16) -> u16 {
     palisade_testkit::ports::free_ports(count).expect("free loopback ports")
 }
 
+/// A `palisade up --base-port` for 3 replicas whose public (+0), peer (+100)
+/// and metrics (+200) ports are all free now: any of them taken would keep
+/// a replica from starting.
+pub fn free_up_base_port() -> u16 {
+    palisade_testkit::ports::free_port_blocks(3, &[0, 100, 200]).expect("free loopback ports")
+}
+
 /// Tests stop sandboxes quickly unless they say otherwise.
 pub fn with_default_stop_grace(extra_args: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = extra_args.iter().map(|arg| arg.to_string()).collect();

@@ -273,8 +273,11 @@ impl ProcessDriver {
                 // No shim has claimed the execution: either this call created it, or
                 // the gateway that did died before starting one. Start one; if another
                 // gateway's shim wins the claim, ours exits without doing anything.
+                // The launcher exits once the shim reported (or after a bound):
+                // observe again at once.
                 self.start_shim(&dir).await?;
                 shim_started = true;
+                continue;
             }
             if Instant::now() >= deadline {
                 return Err(DriverError::Uncertain {
@@ -564,6 +567,8 @@ impl ProcessDriver {
         if observation.is_gone() {
             return Ok(true);
         }
+        // The shim records the exit, then exits itself: its end is what to wait for.
+        let shim = observation.shim.as_ref().map(ShimRecord::identity);
         {
             let dir = dir.to_path_buf();
             blocking(move || {
@@ -578,10 +583,16 @@ impl ProcessDriver {
             if observe_blocking(dir.to_path_buf()).await?.is_gone() {
                 return Ok(true);
             }
-            if Instant::now() >= deadline {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
                 return Ok(false);
             }
-            tokio::time::sleep(self.timeouts.stop_poll_interval).await;
+            // Until the shim exits (then observe at once), at most one poll interval.
+            let wait = self.timeouts.stop_poll_interval.min(remaining);
+            match &shim {
+                Some(shim) => wait_exited(shim, wait).await,
+                None => tokio::time::sleep(wait).await,
+            }
         }
     }
 

@@ -221,6 +221,15 @@ pub(crate) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long the shim waits, after sweeping the command's processes, for the rest of
 /// their output to reach the logs before it records the exit anyway.
 pub(crate) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The environment variable through which `palisade shim launch` hands the shim
+/// the write end of its "reported" pipe (see `shim::launch_shim`).
+pub(crate) const SHIM_REPORTED_FD_VARIABLE: &str = "PALISADE_SHIM_REPORTED_FD";
+/// Longest the launcher waits for its shim to report before it exits anyway
+/// (the driver then polls for the report, bounded by its shim start timeout).
+/// Well under the shortest shim start timeout in use (5 s), which also bounds
+/// the driver's wait for the launcher itself: a slow shim then ends in the
+/// driver's polling, not in "the launcher did not exit".
+pub(crate) const LAUNCHER_REPORT_WAIT_MAX: Duration = Duration::from_secs(2);
 /// How long a driver call waits for a sandbox's lock held by another call.
 pub(crate) const SANDBOX_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between attempts to take a sandbox's lock.

@@ -111,6 +111,62 @@ pub(crate) fn presence(identity: &ProcessIdentity) -> io::Result<Presence> {
     })
 }
 
+/// Waits, at most `limit`, until the process `identity` names has exited: on its
+/// pidfd (`pidfd_open(2)`, readable once the process terminates), so the wait ends
+/// as the process does instead of at the next poll. Returns early, without
+/// error, when it cannot wait that way (no pidfd support, no such process any
+/// more, the pid now names another process): the caller observes again either
+/// way, so the worst case is the poll it replaces.
+pub(crate) async fn wait_exited(identity: &ProcessIdentity, limit: Duration) {
+    let Some(pidfd) = open_pidfd(identity) else {
+        // Gone already (nothing to wait for), or no pidfds: poll as before.
+        if presence(identity).is_ok_and(|presence| presence == Presence::Live) {
+            tokio::time::sleep(limit).await;
+        }
+        return;
+    };
+    // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which alone owns it
+    // until it is dropped: the descriptor stays open and the same meanwhile.
+    let registered = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    };
+    let Ok(pidfd) = registered else {
+        tokio::time::sleep(limit).await;
+        return;
+    };
+    let _ = tokio::time::timeout(limit, pidfd.readable()).await;
+}
+
+/// A pidfd for the process `identity` names, checked after opening to still be
+/// that process (a pid can be reused; the pidfd pins the process it was opened
+/// for, so a start time that matches after opening means it is ours).
+fn open_pidfd(identity: &ProcessIdentity) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let pid = i32::try_from(identity.pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // (always close-on-exec) or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ESRCH) {
+            // Kernels before 5.3 (ENOSYS) or a seccomp filter (EPERM): the stop
+            // path falls back to polling, as before pidfds. Said once.
+            static UNAVAILABLE: std::sync::Once = std::sync::Once::new();
+            UNAVAILABLE.call_once(|| {
+                tracing::info!(
+                    %error,
+                    "pidfd_open is unavailable: stops poll for the shim's end instead of waiting on its pidfd"
+                );
+            });
+        }
+        return None;
+    }
+    let fd = i32::try_from(fd).ok()?;
+    // SAFETY: the kernel just gave us this descriptor; nothing else owns it.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    (presence(identity).ok()? == Presence::Live).then_some(pidfd)
+}
+
 pub(crate) fn identity_of(pid: i32) -> io::Result<ProcessIdentity> {
     let stat = read_proc_stat(pid)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no process {pid}")))?;
@@ -151,5 +207,40 @@ pub(crate) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
         Ok(())
     } else {
         Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stop path waits for the shim's end on its pidfd: the wait ends when the
+    /// process exits, not at its limit (which it would reach if it only slept).
+    #[tokio::test]
+    async fn wait_exited_ends_when_the_process_does() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let identity = identity_of(pid).expect("identity");
+        // Reap it as soon as it exits, as init does for a shim.
+        let reaper = std::thread::spawn(move || child.wait());
+        let started = Instant::now();
+        wait_exited(&identity, Duration::from_secs(30)).await;
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(10),
+            "waited {waited:?} for a 0.2 s process: the wait ran to its limit"
+        );
+        assert!(
+            waited >= Duration::from_millis(100),
+            "returned after {waited:?}, before the process exited"
+        );
+        reaper.join().expect("reaper").expect("wait");
+        // Already gone: no wait at all.
+        let started = Instant::now();
+        wait_exited(&identity, Duration::from_secs(30)).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
     }
 }

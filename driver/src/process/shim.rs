@@ -152,20 +152,94 @@ pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(log);
-    // SAFETY: the closure runs between fork and exec and only calls setsid, which is
-    // async-signal-safe. A new session detaches the shim from the gateway's session,
-    // process group and terminal, so signals aimed at those never reach it.
+    // The shim's "reported" pipe: the shim holds the write end until it has
+    // said what it did (command recorded and started, rejected, refused, or
+    // claim lost) and then closes it, or dies, which closes it too. This
+    // launcher waits for that end of file before it exits, so the driver,
+    // which waits for the launcher, observes the report at once instead of
+    // polling for it.
+    let (reported_read, reported_write) = pipe()?;
+    let reported_fd = reported_write.as_raw_fd();
+    shim.env(SHIM_REPORTED_FD_VARIABLE, reported_fd.to_string());
+    // SAFETY: the closure runs between fork and exec and only calls setsid and
+    // fcntl, which are async-signal-safe. A new session detaches the shim from the
+    // gateway's session, process group and terminal, so signals aimed at those
+    // never reach it. The write end is close-on-exec: clear that in the child
+    // only, so the shim (and nothing else) inherits it.
     unsafe {
-        shim.pre_exec(|| {
+        shim.pre_exec(move || {
             if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::fcntl(reported_fd, libc::F_SETFD, 0) < 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    // Not waited for: this launcher exits now, and the shim is adopted by init.
+    // Not waited for: the shim is adopted by init once this launcher exits.
     shim.spawn()?;
+    drop(reported_write);
+    wait_for_end_of_file(&reported_read, LAUNCHER_REPORT_WAIT_MAX);
     Ok(())
+}
+
+/// Waits until every writer of `pipe` closed it, at most `limit`. Nothing is
+/// ever written to it; a timeout or an error just ends the wait (the driver
+/// then observes, and polls, as it would anyway).
+fn wait_for_end_of_file(pipe: &OwnedFd, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut buffer = [0u8; 16];
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return;
+        }
+        let mut poll = libc::pollfd {
+            fd: pipe.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = libc::c_int::try_from(remaining.as_millis().max(1)).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut poll, 1, millis) };
+        if ready < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return;
+        }
+        if ready == 0 {
+            return;
+        }
+        // SAFETY: reads into a buffer we own, of its length.
+        let read =
+            unsafe { libc::read(pipe.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
+        if read == 0 || (read < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR))
+        {
+            return;
+        }
+    }
+}
+
+/// The write end of the launcher's "reported" pipe, handed over in
+/// [`SHIM_REPORTED_FD_VARIABLE`]; made close-on-exec at once, so the command never
+/// inherits it. `None` for a shim started otherwise (or given a bad number).
+fn take_reported_pipe() -> Option<OwnedFd> {
+    let fd: RawFd = std::env::var(SHIM_REPORTED_FD_VARIABLE)
+        .ok()?
+        .parse()
+        .ok()?;
+    if fd <= 2 {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor number; it fails harmlessly if not open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return None;
+    }
+    // SAFETY: the launcher opened this descriptor for us and nothing else in this
+    // process owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 pub(crate) fn idle() -> io::Result<()> {
@@ -223,6 +297,9 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     install_signal_forwarding()?;
+    // Closed (dropped) once this shim has said what it did: on every return
+    // below, or right after the command started.
+    let reported = take_reported_pipe();
     let spec: LaunchSpec = read_record(&dir.join(SPEC_FILE))?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no spec.json"))?;
     let sandbox_dir = parent_of(dir);
@@ -356,6 +433,9 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
         return write_record(&dir.join(REJECTED_FILE), &RejectedRecord { code, message });
     }
 
+    // The command runs and is recorded: the launcher (and so the driver's
+    // launch) may go on.
+    drop(reported);
     let exit = wait_for_leader(leader)?;
     FORWARD_TO_GROUP.store(0, Ordering::SeqCst);
     // The leader is a zombie we have not reaped, so its pid, and with it the process

@@ -269,8 +269,24 @@ impl PalisadeService {
                 "the request's receipt vanished; retry with a new request id",
             ));
         }
+        // The sandbox the request acts on: only its changes can settle it.
+        let sandbox_id = self.replica.state.read(|applied| {
+            match applied
+                .state
+                .receipts
+                .get(&request.id)
+                .map(|receipt| &receipt.result)
+            {
+                Some(ReceiptResult::Pending { sandbox_id, .. }) => Some(sandbox_id.clone()),
+                _ => None,
+            }
+        });
         self.replica
-            .wait_until(proposed.proposed_as_leader_in, settled)
+            .wait_until(
+                proposed.proposed_as_leader_in,
+                sandbox_id.as_deref(),
+                settled,
+            )
             .await?
     }
 

@@ -222,6 +222,58 @@ impl PeerClients {
     }
 }
 
+impl PeerClients {
+    /// Asks member `target` at `addr` which cluster feature level its build
+    /// supports ([`crate::feature_level`]). A member running a release
+    /// before feature levels (UNIMPLEMENTED) supports the base level. Gives
+    /// up after `timeout`; the caller asks again later.
+    pub async fn supported_feature_level(
+        &self,
+        target: NodeId,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<u32, ForwardError> {
+        let unreachable = |reason: String| ForwardError::Unreachable {
+            target,
+            addr: addr.to_owned(),
+            reason,
+        };
+        let mut client = self.rpc_client(target, addr).map_err(unreachable)?;
+        let mut request = tonic::Request::new(PeerMessage {
+            from_node: self.node_id(),
+            to_node: target,
+            payload: encode(&()),
+        });
+        request.set_timeout(timeout);
+        let reply =
+            match tokio::time::timeout(timeout, client.supported_feature_level(request)).await {
+                Err(_elapsed) => {
+                    return Err(ForwardError::Timeout {
+                        target,
+                        after: timeout,
+                    });
+                }
+                Ok(Err(status)) if status.code() == Code::Unimplemented => {
+                    return Ok(crate::feature_level::FEATURE_LEVEL_BASE);
+                }
+                Ok(Err(status)) => return Err(unreachable(describe_status(&status))),
+                Ok(Ok(response)) => response.into_inner(),
+            };
+        if reply.from_node != target {
+            return Err(ForwardError::Refused {
+                target,
+                code: Code::FailedPrecondition,
+                message: format!(
+                    "{addr} answered as node {}, not node {target}",
+                    reply.from_node
+                ),
+            });
+        }
+        decode::<u32>(&reply.payload)
+            .map_err(|error| unreachable(format!("undecodable feature level: {error}")))
+    }
+}
+
 /// Why a forwarded write failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ForwardError {
