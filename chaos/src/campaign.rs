@@ -332,6 +332,16 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
     }
 }
 
+/// Aborts a task when dropped (the simulation's heartbeat, whichever way
+/// the campaign ends).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs one campaign in the deterministic simulation ([`Mode::Simulated`])
 /// on this thread, which must not be running an async runtime (the
 /// simulation builds its own).
@@ -372,7 +382,11 @@ pub fn simulate(config: &CampaignConfig) -> Result<Report, ChaosError> {
     let net = palisade_raft::simnet::SimNet::new();
     net.install();
     let local = tokio::task::LocalSet::new();
-    let result = local.block_on(&runtime, run_in_process(config, Some(net)));
+    let watchdog = crate::watchdog::Watchdog::new(config.seed, crate::watchdog::Limits::CAMPAIGN);
+    let result = local.block_on(
+        &runtime,
+        watchdog.guard(run_in_process(config, Some((net, watchdog.clone())))),
+    );
     // Every replica task goes with the runtime.
     drop(local);
     drop(runtime);
@@ -383,12 +397,23 @@ pub fn simulate(config: &CampaignConfig) -> Result<Report, ChaosError> {
 
 async fn run_in_process(
     config: &CampaignConfig,
-    sim: Option<palisade_raft::simnet::SimNet>,
+    sim: Option<(
+        palisade_raft::simnet::SimNet,
+        Arc<crate::watchdog::Watchdog>,
+    )>,
 ) -> Result<Report, ChaosError> {
     let simulated = sim.is_some();
     let started = Instant::now();
     let clock = Clock::new();
     let history = Arc::new(History::new(clock.clone()));
+    let (sim, heartbeat) = match sim {
+        Some((net, watchdog)) => {
+            let recorded = history.clone();
+            let heartbeat = tokio::task::spawn_local(watchdog.heartbeat(move || recorded.events()));
+            (Some(net), Some(AbortOnDrop(heartbeat)))
+        }
+        None => (None, None),
+    };
     let host = Arc::new(SharedHost::new(clock.clone()));
     let links = Arc::new(LinkTable::new(config.seed ^ 0x6c69_6e6b));
     let (triggers, fired) = Triggers::new();
@@ -416,6 +441,7 @@ async fn run_in_process(
     };
     cluster.shutdown().await;
     drop(postgres);
+    drop(heartbeat);
     let (outcome, final_applied_index, evidence_parts) = result?;
     let (operations, replays, fault_events, _dropped) = history.snapshot();
     let (effects, _) = host.effects();

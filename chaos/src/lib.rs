@@ -74,6 +74,7 @@ pub mod process;
 pub mod projection;
 pub mod proxy;
 pub mod report_dir;
+pub mod watchdog;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};
@@ -109,4 +110,8 @@ pub enum ChaosError {
     /// An invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A simulated campaign stopped moving ([`watchdog`]); the message
+    /// names the seed.
+    #[error("{0}")]
+    Stalled(String),
 }
