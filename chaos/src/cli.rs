@@ -267,6 +267,14 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         };
         let report: Report = match run_campaign(&config).await {
             Ok(report) => report,
+            // A simulation that stopped moving is a finding of that seed
+            // (its message says how to reproduce it): the other seeds
+            // still run, and the seed counts as failing.
+            Err(error @ crate::ChaosError::Stalled(_)) => {
+                eprintln!("error: seed {seed}: {error}");
+                failing.push(seed);
+                continue;
+            }
             Err(error) => {
                 eprintln!("error: seed {seed}: {error}");
                 return 2;

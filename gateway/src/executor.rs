@@ -889,7 +889,12 @@ impl Executor {
                 term,
                 "leadership in this term not confirmed by a quorum: effect not performed"
             );
-            return Retry::No;
+            // After the backoff, not at once: a leader cut off from its
+            // quorum still leads until it hears a newer term, and its
+            // confirmation can fail at once (peers refuse the connection),
+            // so an immediate retry is a busy loop (one that stops
+            // simulated time under `palisade chaos run --sim`, seed 39).
+            return Retry::After;
         } else {
             debug!(term, "performing effect");
         }
@@ -1083,7 +1088,8 @@ impl Executor {
                 command = name,
                 "leadership in this term not confirmed by a quorum: completion not proposed"
             );
-            return Retry::No;
+            // After the backoff, as for the effect above.
+            return Retry::After;
         }
         debug!(term, command = name, "proposing completion");
         let (responder, response) = ProgressResponder::complete_only();
