@@ -40,6 +40,12 @@ pub const CONVERGE_WAIT_MAX: Duration = Duration::from_secs(30);
 pub enum Mode {
     /// In this process (see [`crate::cluster`]).
     InProcess,
+    /// In this process, in the deterministic simulation (`--sim`): every
+    /// replica, client and the nemesis on one current-thread runtime with
+    /// paused (simulated) time, seeded randomness and the in-memory
+    /// network of [`palisade_raft::simnet`], on real redb files. The same
+    /// seed records the same history, byte for byte. See [`simulate`].
+    Simulated,
     /// As `palisade gateway run` processes (see [`crate::process`]).
     Processes {
         /// The `palisade` binary.
@@ -162,7 +168,7 @@ pub struct Report {
     /// The history: every operation (for `--report-dir`; not in `--json`).
     #[serde(skip)]
     pub history: Vec<crate::history::Operation>,
-    /// Wall-clock duration, seconds.
+    /// Wall-clock duration, seconds (simulated seconds in the simulation).
     pub duration_seconds: f64,
 }
 
@@ -275,7 +281,11 @@ impl std::fmt::Display for Report {
         if self.checks.projection_checked {
             writeln!(f, "  PostgreSQL projection compared with the state")?;
         }
-        writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        if self.mode == "simulated" {
+            writeln!(f, "  duration: {:.1}s (simulated)", self.duration_seconds)?;
+        } else {
+            writeln!(f, "  duration: {:.1}s", self.duration_seconds)?;
+        }
         if self.is_vacuous() {
             writeln!(
                 f,
@@ -309,17 +319,101 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
         ));
     }
     match &config.mode {
-        Mode::InProcess => run_in_process(config).await,
+        Mode::InProcess => run_in_process(config, None).await,
+        Mode::Simulated => {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || simulate(&config))
+                .await
+                .map_err(|error| ChaosError::Config(format!("the simulation failed: {error}")))?
+        }
         Mode::Processes { palisade, docker } => {
             crate::process::run_campaign(config, palisade, docker.as_ref()).await
         }
     }
 }
 
-async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
+/// Aborts a task when dropped (the simulation's heartbeat, whichever way
+/// the campaign ends).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one campaign in the deterministic simulation ([`Mode::Simulated`])
+/// on this thread, which must not be running an async runtime (the
+/// simulation builds its own).
+///
+/// What makes it deterministic: one thread runs everything (a
+/// current-thread runtime, the replicas as tasks of a `LocalSet`); time is
+/// tokio's paused clock, which jumps to the next timer whenever every task
+/// waits, so it is simulated and a campaign takes the time its work takes;
+/// the history's timestamps and the replicas' wall clocks read it;
+/// openraft's election timeouts come from a generator seeded by the seed
+/// ([`palisade_raft::runtime::seed_thread`]); blocking storage work runs
+/// inline instead of on other threads; connections are in-memory pipes
+/// ([`palisade_raft::simnet`]) at fixed addresses. The workload and the
+/// nemesis draw from generators seeded by the seed, as in every mode.
+pub fn simulate(config: &CampaignConfig) -> Result<Report, ChaosError> {
+    if config.postgres {
+        return Err(ChaosError::Config(
+            "--sim runs without PostgreSQL (a real server is not simulated); drop --postgres"
+                .into(),
+        ));
+    }
+    if let Some(kind) = config
+        .nemeses
+        .iter()
+        .find(|kind| !NemesisKind::SIMULATION.contains(kind))
+    {
+        return Err(ChaosError::Config(format!(
+            "the nemesis {} cannot run in --sim (a simulated replica cannot be crashed or paused); choose from {}",
+            kind.name(),
+            NemesisKind::SIMULATION.map(NemesisKind::name).join(", ")
+        )));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    palisade_raft::runtime::seed_thread(config.seed);
+    let net = palisade_raft::simnet::SimNet::new();
+    net.install();
+    let local = tokio::task::LocalSet::new();
+    let watchdog = crate::watchdog::Watchdog::new(config.seed, crate::watchdog::Limits::CAMPAIGN);
+    let result = local.block_on(
+        &runtime,
+        watchdog.guard(run_in_process(config, Some((net, watchdog.clone())))),
+    );
+    // Every replica task goes with the runtime.
+    drop(local);
+    drop(runtime);
+    palisade_raft::simnet::SimNet::uninstall();
+    palisade_raft::runtime::unseed_thread();
+    result
+}
+
+async fn run_in_process(
+    config: &CampaignConfig,
+    sim: Option<(
+        palisade_raft::simnet::SimNet,
+        Arc<crate::watchdog::Watchdog>,
+    )>,
+) -> Result<Report, ChaosError> {
+    let simulated = sim.is_some();
     let started = Instant::now();
     let clock = Clock::new();
     let history = Arc::new(History::new(clock.clone()));
+    let (sim, heartbeat) = match sim {
+        Some((net, watchdog)) => {
+            let recorded = history.clone();
+            let heartbeat = tokio::task::spawn_local(watchdog.heartbeat(move || recorded.events()));
+            (Some(net), Some(AbortOnDrop(heartbeat)))
+        }
+        None => (None, None),
+    };
     let host = Arc::new(SharedHost::new(clock.clone()));
     let links = Arc::new(LinkTable::new(config.seed ^ 0x6c69_6e6b));
     let (triggers, fired) = Triggers::new();
@@ -338,6 +432,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
             .nemeses
             .contains(&NemesisKind::Storage)
             .then(Default::default),
+        sim,
         ..ClusterConfig::chaos(config.replicas)
     };
     let cluster = Arc::new(Cluster::start(
@@ -353,6 +448,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     };
     cluster.shutdown().await;
     drop(postgres);
+    drop(heartbeat);
     let (outcome, final_applied_index, evidence_parts) = result?;
     let (operations, replays, fault_events, _dropped) = history.snapshot();
     let (effects, _) = host.effects();
@@ -370,7 +466,7 @@ async fn run_in_process(config: &CampaignConfig) -> Result<Report, ChaosError> {
     let (anomalies, checks) = checker::check(&evidence);
     Ok(report(
         config,
-        "in-process",
+        if simulated { "simulated" } else { "in-process" },
         &evidence,
         anomalies,
         checks,

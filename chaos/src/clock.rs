@@ -2,9 +2,14 @@
 //! monotonic clock by the workload (invocations and answers), the shared
 //! host (driver effects) and the nemesis (faults), so that their records
 //! can be ordered against each other.
+//!
+//! It is tokio's clock, which is the system's monotonic clock except in
+//! the deterministic simulation (`--sim`), whose paused runtime makes it
+//! simulated time: the same seed then records the same timestamps.
 
 use std::sync::Arc;
-use std::time::Instant;
+
+use tokio::time::Instant;
 
 /// A campaign's monotonic clock; cheap to clone.
 #[derive(Clone, Debug)]
@@ -37,16 +42,31 @@ pub fn seconds(us: u64) -> String {
     format!("{}.{:03}s", us / 1_000_000, (us / 1_000) % 1_000)
 }
 
+/// The wall-clock time a simulation starts at (2026-01-01T00:00:00Z), ms.
+pub const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
+
 /// A replica's wall clock under the `clock` nemesis: the system clock plus
 /// an offset the nemesis sets (a skew, or a jump when it changes at once).
 /// Installed in every in-process replica through
-/// [`palisade_gateway::node::NodeHooks::clock`].
+/// [`palisade_gateway::node::NodeHooks::clock`]. In the simulation the
+/// base is simulated time from [`SIM_EPOCH_MS`] instead of the system
+/// clock ([`SkewedClock::simulated`]).
 #[derive(Debug, Default)]
 pub struct SkewedClock {
     offset_ms: std::sync::atomic::AtomicI64,
+    /// The simulation's start (`None`: the system clock).
+    simulated_since: Option<Instant>,
 }
 
 impl SkewedClock {
+    /// A clock reading simulated time: [`SIM_EPOCH_MS`] at `since`.
+    pub fn simulated(since: Instant) -> Self {
+        Self {
+            offset_ms: Default::default(),
+            simulated_since: Some(since),
+        }
+    }
+
     /// Sets the offset (milliseconds, may be negative).
     pub fn set_offset_ms(&self, offset_ms: i64) {
         self.offset_ms
@@ -61,6 +81,11 @@ impl SkewedClock {
 
 impl palisade_gateway::clock::WallClock for SkewedClock {
     fn now_ms(&self) -> i64 {
-        palisade_gateway::clock::system_now_ms().saturating_add(self.offset_ms())
+        let base = match self.simulated_since {
+            Some(since) => SIM_EPOCH_MS
+                .saturating_add(since.elapsed().as_millis().min(i64::MAX as u128) as i64),
+            None => palisade_gateway::clock::system_now_ms(),
+        };
+        base.saturating_add(self.offset_ms())
     }
 }

@@ -72,6 +72,12 @@ pub struct ClusterConfig {
     /// The storage faults every replica's log store runs behind (the
     /// `storage` nemesis); `None`: the plain log store.
     pub disk_faults: Option<Arc<crate::storage::DiskFaults>>,
+    /// The deterministic simulation (`--sim`): the replicas run as tasks
+    /// of the calling thread's runtime (a current-thread runtime with
+    /// paused time and a [`LocalSet`](tokio::task::LocalSet)) and serve
+    /// on this simulated network instead of loopback ports. Such a
+    /// replica cannot be crashed or paused (see [`Cluster::crash`]).
+    pub sim: Option<palisade_raft::simnet::SimNet>,
 }
 
 impl ClusterConfig {
@@ -102,6 +108,7 @@ impl ClusterConfig {
             postgres_url: None,
             spares: 0,
             disk_faults: None,
+            sim: None,
         }
     }
 }
@@ -116,7 +123,8 @@ pub struct ReplicaView {
 }
 
 struct Running {
-    thread: std::thread::JoinHandle<()>,
+    /// The replica's own thread (`None` in the simulation: a task).
+    thread: Option<std::thread::JoinHandle<()>>,
     crash: oneshot::Sender<()>,
     runtime: tokio::runtime::Handle,
     node: Arc<Mutex<Option<RunningNode>>>,
@@ -166,13 +174,26 @@ impl Cluster {
         link_faults: Arc<dyn LinkFaults>,
         fault_points: Arc<dyn FaultPoints>,
     ) -> Result<Cluster, ChaosError> {
-        let root = tempfile::Builder::new()
-            .prefix("palisade-chaos-")
-            .tempdir()?;
+        let mut root = tempfile::Builder::new();
+        root.prefix("palisade-chaos-");
+        let shm = std::path::Path::new("/dev/shm");
+        let root = if config.sim.is_some() && shm.is_dir() {
+            // The simulation's replicas wait for each fsync on the one
+            // thread (storage work runs inline there): on tmpfs an fsync
+            // costs nothing, and the files are still real redb files.
+            root.tempdir_in(shm)?
+        } else {
+            root.tempdir()?
+        };
         let mut slots = Vec::new();
         let mut initial_cluster = BTreeMap::new();
         for node_id in 1..=config.replicas + config.spares {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+            let addr: SocketAddr = if config.sim.is_some() {
+                // Fixed, so that a seed's run does not depend on free ports.
+                ([10, 0, 0, node_id.min(250) as u8], 7000).into()
+            } else {
+                ([127, 0, 0, 1], free_port()?).into()
+            };
             if node_id <= config.replicas {
                 initial_cluster.insert(node_id, addr.to_string());
             }
@@ -181,7 +202,10 @@ impl Cluster {
                 addr,
                 data_dir: root.path().join(format!("replica-{node_id}")),
                 running: Mutex::new(None),
-                clock: Arc::default(),
+                clock: Arc::new(match config.sim {
+                    Some(_) => crate::clock::SkewedClock::simulated(Instant::now()),
+                    None => crate::clock::SkewedClock::default(),
+                }),
             });
         }
         let cluster = Cluster {
@@ -352,6 +376,28 @@ impl Cluster {
         let driver = self.driver.clone();
         let addr = slot.addr;
         let (crash, crashed) = oneshot::channel::<()>();
+        if let Some(net) = &self.config.sim {
+            let incoming = net.listen(&addr.to_string());
+            tokio::task::spawn_local(async move {
+                tokio::select! {
+                    biased;
+                    _ = crashed => debug!(node = node_id, "replica stopped"),
+                    result = palisade_gateway::node::run_simulated(config, driver, incoming, hooks, std::future::pending()) => {
+                        if let Err(error) = result {
+                            warn!(node = node_id, error = %format!("{error:#}"), "replica stopped");
+                        }
+                    }
+                }
+            });
+            *running = Some(Running {
+                thread: None,
+                crash,
+                runtime: tokio::runtime::Handle::current(),
+                node,
+                paused: None,
+            });
+            return Ok(());
+        }
         let (runtime_tx, runtime_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("replica-{node_id}"))
@@ -395,7 +441,7 @@ impl Cluster {
             })?
             .map_err(|message| ChaosError::ReplicaStart { node_id, message })?;
         *running = Some(Running {
-            thread,
+            thread: Some(thread),
             crash,
             runtime,
             node,
@@ -407,6 +453,10 @@ impl Cluster {
     /// Crashes a replica (see the module docs) and waits until everything
     /// it ran is gone. A paused replica is resumed first (SIGKILL of a
     /// stopped process is the same crash).
+    ///
+    /// In the simulation this stops only the replica's main task (the
+    /// tasks it spawned go with the simulation's runtime): it is how the
+    /// campaign ends there, never a fault.
     pub async fn crash(&self, node_id: NodeId) {
         let Some(slot) = self.slot(node_id) else {
             return;
@@ -426,8 +476,17 @@ impl Cluster {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        let thread = running.thread;
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        if let Some(thread) = running.thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// True when the replicas run in the deterministic simulation, where
+    /// they cannot be crashed or paused: they share the simulation's one
+    /// runtime, so the tasks one replica spawned cannot be dropped (or
+    /// frozen) apart from the others'. The nemesis injects neither there.
+    pub fn is_simulated(&self) -> bool {
+        self.config.sim.is_some()
     }
 
     /// A replica's address (`host:port`, as the membership holds it).
@@ -457,6 +516,11 @@ impl Cluster {
 
     /// Freezes a running replica (see the module docs).
     pub fn pause(&self, node_id: NodeId) {
+        if self.is_simulated() {
+            // Blocking the only thread would freeze the whole simulation.
+            warn!(node = node_id, "a simulated replica cannot be paused");
+            return;
+        }
         let Some(slot) = self.slot(node_id) else {
             return;
         };

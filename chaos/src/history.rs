@@ -456,6 +456,13 @@ impl History {
         Some(inner.faults.len() - 1)
     }
 
+    /// How many operations, replays and fault events were recorded so far
+    /// (the simulation's watchdog watches it grow).
+    pub fn events(&self) -> usize {
+        let inner = self.lock();
+        inner.operations.len() + inner.dropped + inner.replays.len() + inner.faults.len()
+    }
+
     /// Copies of everything recorded so far.
     pub fn snapshot(&self) -> (Vec<Operation>, Vec<Replay>, Vec<FaultEvent>, usize) {
         let inner = self.lock();

@@ -18,6 +18,21 @@
 //! often but not always; that is why a failing seed is kept as a regression
 //! test and re-run several times (`tests/regressions.rs`).
 //!
+//! # The deterministic simulation (`--sim`)
+//!
+//! [`campaign::simulate`] runs the same replicas (same
+//! `palisade_gateway::node` code, real openraft, real redb files) with the
+//! clients and the nemesis on one thread: one current-thread runtime with
+//! paused tokio time (simulated: it jumps to the next timer when every task
+//! waits), the in-memory network of `palisade_raft::simnet`, openraft's
+//! randomness and the replicas' ids seeded (`palisade_raft::runtime`),
+//! blocking work inline, `biased` selects and a patched tokio watch
+//! (`vendor/README.md`). There the seed fixes the interleaving too: the
+//! same seed records the same history byte for byte
+//! (`tests/simulation.rs`). A replica there cannot be crashed or paused
+//! ([`cluster::Cluster::is_simulated`]), so the simulation runs the
+//! nemeses of [`NemesisKind::SIMULATION`].
+//!
 //! # Layout
 //!
 //! - [`clock`]: the one time base of a campaign (history, effects, faults).
@@ -68,6 +83,7 @@ pub mod proxy;
 pub mod report_dir;
 pub mod snapshot_race;
 pub mod storage;
+pub mod watchdog;
 pub mod workload;
 
 pub use campaign::{CampaignConfig, Mode, Report, run_campaign};
@@ -103,4 +119,8 @@ pub enum ChaosError {
     /// An invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A simulated campaign stopped moving ([`watchdog`]); the message
+    /// names the seed.
+    #[error("{0}")]
+    Stalled(String),
 }

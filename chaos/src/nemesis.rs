@@ -101,6 +101,18 @@ impl NemesisKind {
         NemesisKind::Storage,
     ];
 
+    /// The kinds the simulation (`--sim`) can inject: a replica there
+    /// cannot be crashed or paused (`Cluster::is_simulated`), so no
+    /// `kill`, no `pause`, no `membership` or `storage` (both restart
+    /// replicas), and `handoff` only transfers leadership.
+    pub const SIMULATION: [NemesisKind; 5] = [
+        NemesisKind::Handoff,
+        NemesisKind::Partition,
+        NemesisKind::Driver,
+        NemesisKind::Clock,
+        NemesisKind::Forge,
+    ];
+
     /// The kinds the process mode can inject (`clock`, `forge`,
     /// `membership` and `storage` reach into a replica or its slots:
     /// in-process only).
@@ -305,8 +317,10 @@ impl Nemesis {
         loop {
             let quiet = self.ms(QUIET_MS.0, QUIET_MS.1);
             tokio::select! {
-                _ = tokio::time::sleep(quiet) => {}
+                // `biased`: deterministic for `--sim`.
+                biased;
                 _ = stop.wait_for(|stopped| *stopped) => break,
+                _ = tokio::time::sleep(quiet) => {}
             }
             if *stop.borrow() {
                 break;
@@ -445,9 +459,10 @@ impl Nemesis {
     /// transfer or a crash at random.
     fn next_handoff(&mut self) -> (PointKind, PointAction, OperationFilter) {
         self.handoffs += 1;
-        if self.handoffs == 2 {
+        if self.handoffs == 2 && !self.cluster.is_simulated() {
             // The snapshot race once early in every campaign: a short one
             // sees few handoffs, and only this one reaches a snapshot save.
+            // (Not in the simulation: the race restarts a follower.)
             return (
                 PointKind::SnapshotBuild,
                 PointAction::HoldBuild {
@@ -459,7 +474,9 @@ impl Nemesis {
         if self.handoffs % 2 == 1 {
             let wait_max = self.ms(2_000, 3_000);
             // The stall first: a short campaign may see only one.
-            let (kind, action) = if self.handoffs % 4 == 1 {
+            // The simulation cannot freeze one replica (see
+            // `Cluster::is_simulated`): a ping-pong instead.
+            let (kind, action) = if self.handoffs % 4 == 1 && !self.cluster.is_simulated() {
                 (PointKind::BeforeEffect, PointAction::Stall { wait_max })
             } else {
                 (
@@ -469,16 +486,31 @@ impl Nemesis {
             };
             return (kind, action, Some(&["Create", "Start"]));
         }
-        let kind = *[
-            PointKind::BeginCommitted,
-            PointKind::EffectDone,
-            PointKind::EffectDone,
-            PointKind::Forwarding,
-            PointKind::SnapshotInstall,
-            PointKind::SnapshotBuild,
-        ]
-        .choose(&mut self.rng)
-        .unwrap_or(&PointKind::EffectDone);
+        // The simulation cannot crash one replica (see
+        // `Cluster::is_simulated`): no snapshot install (it crashes a
+        // follower to make it need one), no snapshot race (it restarts
+        // one), transfers instead of crashes.
+        let simulated = self.cluster.is_simulated();
+        let points: &[PointKind] = if simulated {
+            &[
+                PointKind::BeginCommitted,
+                PointKind::EffectDone,
+                PointKind::EffectDone,
+                PointKind::Forwarding,
+            ]
+        } else {
+            &[
+                PointKind::BeginCommitted,
+                PointKind::EffectDone,
+                PointKind::EffectDone,
+                PointKind::Forwarding,
+                PointKind::SnapshotInstall,
+                PointKind::SnapshotBuild,
+            ]
+        };
+        let kind = *points
+            .choose(&mut self.rng)
+            .unwrap_or(&PointKind::EffectDone);
         if kind == PointKind::SnapshotBuild {
             return (
                 kind,
@@ -488,7 +520,7 @@ impl Nemesis {
                 None,
             );
         }
-        let action = if self.rng.random_bool(0.5) {
+        let action = if self.rng.random_bool(0.5) || simulated {
             PointAction::Transfer {
                 hold: self.ms(20, 800),
             }
@@ -532,6 +564,8 @@ impl Nemesis {
         }
         // The workload may end meanwhile: then nothing reaches the point.
         let fired = tokio::select! {
+            // `biased`: deterministic for `--sim`.
+            biased;
             fired = tokio::time::timeout(TRIGGER_WAIT_MAX, self.fired.recv()) => fired.ok().flatten(),
             _ = stop.wait_for(|stopped| *stopped) => None,
         };
@@ -838,8 +872,10 @@ impl Lane {
                 _ => self.ms(300, 1_000),
             };
             tokio::select! {
-                _ = tokio::time::sleep(quiet) => {}
+                // `biased`: deterministic for `--sim`.
+                biased;
                 _ = stop.wait_for(|stopped| *stopped) => break,
+                _ = tokio::time::sleep(quiet) => {}
             }
             if *stop.borrow() {
                 break;

@@ -43,17 +43,22 @@ struct HistoryFile<'a> {
     faults: &'a [FaultEvent],
 }
 
-/// Writes the campaign's files into `dir` (created if missing).
-pub fn write(report: &Report, dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("report.txt"), report.to_string())?;
+/// The bytes of `history.json`: the seed, every operation and every fault
+/// event. In the simulation (`--sim`) the same seed gives the same bytes.
+pub fn history_json(report: &Report) -> std::io::Result<Vec<u8>> {
     let history = HistoryFile {
         seed: report.seed,
         operations: &report.history,
         faults: &report.timeline,
     };
-    let json = serde_json::to_vec_pretty(&history).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join("history.json"), json)?;
+    serde_json::to_vec_pretty(&history).map_err(std::io::Error::other)
+}
+
+/// Writes the campaign's files into `dir` (created if missing).
+pub fn write(report: &Report, dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.txt"), report.to_string())?;
+    std::fs::write(dir.join("history.json"), history_json(report)?)?;
     let mut timeline = report.timeline_lines().join("\n");
     timeline.push('\n');
     std::fs::write(dir.join("timeline.txt"), timeline)?;

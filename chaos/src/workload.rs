@@ -242,8 +242,10 @@ impl Endpoints {
         for (node_id, uri) in uris {
             let channel = Endpoint::from_shared(uri.clone())?
                 .connect_timeout(Duration::from_secs(1))
-                .tcp_nodelay(true)
-                .connect_lazy();
+                .tcp_nodelay(true);
+            // Over the simulated network in `--sim` (installed on this
+            // thread), else TCP.
+            let channel = palisade_raft::simnet::channel_lazy(channel);
             clients.push((*node_id, PalisadeClient::new(channel)));
         }
         Ok(Self { clients })

@@ -102,8 +102,8 @@ impl AdminService {
                     format!("leader address {address:?} is invalid: {error}"),
                 )
             })?
-            .connect_timeout(Duration::from_secs(2))
-            .connect()
+            .connect_timeout(Duration::from_secs(2));
+        let channel = palisade_raft::simnet::channel(channel)
             .await
             .map_err(|error| {
                 errors::unavailable(
@@ -686,7 +686,7 @@ impl ClusterAdmin for AdminService {
         }
         // Drawn here, on the leader, and written into the command: apply
         // has no randomness.
-        let key: [u8; 32] = rand::random();
+        let key: [u8; 32] = crate::ids::random_bytes();
         let command = palisade_lifecycle::Command::RotateTokenKey {
             token_secret_hex: hex::encode(key),
             grace_ms,

@@ -439,8 +439,13 @@ impl Executor {
                 }
             }
             tokio::select! {
+                // `biased`: a fixed order (the stop signal, the timers, then
+                // completions and new entries) instead of tokio's random
+                // one, so that the simulation (`palisade chaos run --sim`)
+                // replays. Nothing starves: a timer is ready once a period,
+                // and the effect tasks are few.
+                biased;
                 _ = stop.changed() => {}
-                changed = applied.changed() => { if changed.is_err() { break; } }
                 _ = observe.tick() => observe_due = true,
                 _ = tick.tick() => self.propose_tick(term).await,
                 _ = reconcile.tick(), if may_act => {
@@ -464,6 +469,7 @@ impl Executor {
                         agenda.insert(sandbox_id);
                     }
                 }
+                changed = applied.changed() => { if changed.is_err() { break; } }
             }
         }
         // This term's effects are no longer ours: abort them (their claims
@@ -538,9 +544,9 @@ impl Executor {
         if self.state.read(|applied| applied.state.cluster.is_some()) {
             return;
         }
-        let secret: [u8; 32] = rand::random();
+        let secret: [u8; 32] = crate::ids::random_bytes();
         let command = Command::InitializeCluster {
-            cluster_id: uuid::Uuid::new_v4().to_string(),
+            cluster_id: crate::ids::new_uuid().to_string(),
             token_secret_hex: hex::encode(secret),
             driver_identity: self.driver.identity().to_string(),
         };
@@ -893,7 +899,12 @@ impl Executor {
                 term,
                 "leadership in this term not confirmed by a quorum: effect not performed"
             );
-            return Retry::No;
+            // After the backoff, not at once: a leader cut off from its
+            // quorum still leads until it hears a newer term, and its
+            // confirmation can fail at once (peers refuse the connection),
+            // so an immediate retry is a busy loop (one that stops
+            // simulated time under `palisade chaos run --sim`, seed 39).
+            return Retry::After;
         } else {
             debug!(term, "performing effect");
         }
@@ -1095,7 +1106,8 @@ impl Executor {
                 command = name,
                 "leadership in this term not confirmed by a quorum: completion not proposed"
             );
-            return Retry::No;
+            // After the backoff, as for the effect above.
+            return Retry::After;
         }
         debug!(term, command = name, "proposing completion");
         let (responder, response) = ProgressResponder::complete_only();

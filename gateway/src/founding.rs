@@ -132,7 +132,7 @@ impl MembersHeard {
         };
         let path = self.path.clone();
         let contents: String = grown.iter().map(|id| format!("{id}\n")).collect();
-        tokio::task::spawn_blocking(move || write_atomically(&path, contents.as_bytes()))
+        palisade_raft::runtime::blocking(move || write_atomically(&path, contents.as_bytes()))
             .await
             .map_err(std::io::Error::other)??;
         info!(members = ?grown, "recorded the members this replica has heard from");
@@ -260,8 +260,8 @@ pub async fn ask_founding_members(
                 // The members' peer ports, over the same mutual TLS as Raft.
                 let channel = palisade_raft::tls::peer_endpoint(address, *id, tls)
                     .map_err(|error| error.to_string())?
-                    .connect_timeout(FOUNDING_CHECK_TIMEOUT)
-                    .connect()
+                    .connect_timeout(FOUNDING_CHECK_TIMEOUT);
+                let channel = palisade_raft::simnet::channel(channel)
                     .await
                     .map_err(|error| error.to_string())?;
                 ClusterAdminClient::new(channel)

@@ -98,6 +98,7 @@ pub mod errors;
 pub mod executor;
 pub mod feature_level;
 pub mod founding;
+pub mod ids;
 pub mod node;
 pub mod observe;
 pub mod planted;

@@ -475,6 +475,55 @@ pub async fn run_with_listeners(
     hooks: NodeHooks,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), NodeError> {
+    serve_replica(
+        config,
+        driver,
+        PublicListener::Tcp(listener),
+        peer_listener,
+        hooks,
+        shutdown,
+    )
+    .await
+}
+
+/// Runs one replica of the deterministic simulation (`palisade chaos run
+/// --sim`): like [`run_with_hooks`], accepting its connections from the
+/// simulated network ([`palisade_raft::simnet`]) instead of a socket.
+/// Plaintext, one listener for everything.
+pub async fn run_simulated(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    incoming: palisade_raft::simnet::SimIncoming,
+    hooks: NodeHooks,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
+    serve_replica(
+        config,
+        driver,
+        PublicListener::Sim(incoming),
+        None,
+        hooks,
+        shutdown,
+    )
+    .await
+}
+
+/// Where the public server accepts its connections.
+enum PublicListener {
+    /// A socket.
+    Tcp(TcpListener),
+    /// The simulated network.
+    Sim(palisade_raft::simnet::SimIncoming),
+}
+
+async fn serve_replica(
+    config: NodeConfig,
+    driver: Arc<dyn ComputeDriver>,
+    listener: PublicListener,
+    peer_listener: Option<TcpListener>,
+    hooks: NodeHooks,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
     let node_id = config.node_id;
     if let Some(tls) = &config.tls {
         if peer_listener.is_none() {
@@ -640,9 +689,13 @@ pub async fn run_with_listeners(
         .await;
     let fatal_state = replica.state.clone();
 
-    let local = listener
-        .local_addr()
-        .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?;
+    let local = match &listener {
+        PublicListener::Tcp(listener) => listener
+            .local_addr()
+            .map_err(|error| NodeError::Server(format!("listener has no address: {error}")))?,
+        // The simulated network has no sockets: the configured address.
+        PublicListener::Sim(_) => config.listen,
+    };
     let peer_local = match &peer_listener {
         Some(peer) => Some(peer.local_addr().map_err(|error| {
             NodeError::Server(format!("peer listener has no address: {error}"))
@@ -770,12 +823,20 @@ pub async fn run_with_listeners(
     // TCP_NODELAY on every accepted connection: without it a small answer
     // (a read, a Raft append acknowledgement) waits for the client's
     // delayed ACK (Nagle), ~40 ms on Linux.
-    let public = public.serve_with_incoming_shutdown(
-        tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-        async {
-            let _ = drain_rx.await;
-        },
-    );
+    let drained = async {
+        let _ = drain_rx.await;
+    };
+    let public = match listener {
+        PublicListener::Tcp(listener) => {
+            futures::future::Either::Left(public.serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                drained,
+            ))
+        }
+        PublicListener::Sim(incoming) => {
+            futures::future::Either::Right(public.serve_with_incoming_shutdown(incoming, drained))
+        }
+    };
     // Both servers as one task: it ends when either fails, or when both
     // closed after the drain.
     let server = async move {
@@ -787,6 +848,8 @@ pub async fn run_with_listeners(
     let mut server = tokio::spawn(server);
 
     tokio::select! {
+        // `biased`: deterministic for `--sim`.
+        biased;
         () = shutdown => {}
         reason = cannot_serve(&raft, &fatal_state) => {
             tracing::error!(
@@ -965,12 +1028,15 @@ async fn cannot_serve(raft: &Raft, state: &palisade_raft::StateHandle) -> String
             return palisade_raft::state_machine::POISONED.to_string();
         }
         tokio::select! {
+            // `biased`: deterministic for `--sim`; the timer first (ready
+            // once a period, so the metrics are never starved).
+            biased;
+            _ = poison_check.tick() => {}
             changed = metrics.changed() => {
                 if changed.is_err() {
                     return "Raft stopped (its metrics channel closed)".to_string();
                 }
             }
-            _ = poison_check.tick() => {}
         }
     }
 }

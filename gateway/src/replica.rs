@@ -381,6 +381,8 @@ impl Replica {
             }
         };
         tokio::select! {
+            // `biased`: deterministic for `--sim`; finished work wins.
+            biased;
             done = work => Some(done),
             () = replaced => None,
         }
@@ -502,6 +504,15 @@ impl Replica {
                 ))
             };
             tokio::select! {
+                // `biased` (deterministic for `--sim`): the deadline first,
+                // so that a stream of new entries cannot hold a caller past it.
+                biased;
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(errors::unavailable(
+                        OUTCOME_PENDING,
+                        "the operation is still in flight; retry to wait for its result",
+                    ));
+                }
                 changed = applied.changed(), if waiter.is_none() => {
                     if changed.is_err() {
                         return shutting_down();
@@ -514,12 +525,6 @@ impl Replica {
                     if changed.is_err() {
                         return shutting_down();
                     }
-                }
-                _ = tokio::time::sleep_until(deadline) => {
-                    return Err(errors::unavailable(
-                        OUTCOME_PENDING,
-                        "the operation is still in flight; retry to wait for its result",
-                    ));
                 }
             }
         }

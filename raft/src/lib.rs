@@ -23,6 +23,9 @@
 //!   certificate.
 //! - [`backup`]: backup files of the state (`cluster snapshot save`) and
 //!   seeding a new cluster from one (`cluster restore`).
+//! - [`runtime`]: the openraft async runtime (tokio; seeded randomness and
+//!   inline blocking work on a simulated thread).
+//! - [`simnet`]: the in-memory network of the deterministic simulation.
 //! - [`hooks`]: fault-injection hooks for tests and the chaos harness
 //!   (link faults in the transport, fault points inside requests, storage
 //!   faults); [`faulty_log`]: the log store wrapper that injects the last.
@@ -34,6 +37,8 @@ pub mod feature_level;
 pub mod hooks;
 pub mod network;
 pub mod peer_service;
+pub mod runtime;
+pub mod simnet;
 pub mod state_machine;
 pub mod tls;
 pub mod types;

@@ -451,6 +451,8 @@ impl RaftPeer for PeerService {
         let stopped = self.raft_stopped();
         let certified = self.certified_sender(&request)?;
         let received = tokio::select! {
+            // `biased`: deterministic for `--sim`.
+            biased;
             received = self.receive_snapshot(request.into_inner(), certified) => received?,
             () = stopped => {
                 return Err(Status::unavailable(format!(
@@ -584,6 +586,8 @@ struct AppendRequests {
 impl AppendRequests {
     async fn next(&mut self) -> Option<AppendEntriesRequest<TypeConfig>> {
         let received = tokio::select! {
+            // `biased`: deterministic for `--sim`.
+            biased;
             received = self.incoming.message() => received,
             () = &mut self.raft_stopped => return None,
         };

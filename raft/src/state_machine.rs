@@ -512,7 +512,7 @@ impl LifecycleSnapshotBuilder {
     ) -> Result<Snapshot, io::Error> {
         let snapshots = self.snapshots.clone();
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
+        crate::runtime::blocking(move || {
             let data = encode_state(&copy.state)?;
             shared.bytes.measured(data.len() as u64, grown_before);
             if data.len() as u64 > STATE_BYTES_MAX {
@@ -711,7 +711,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         let snapshots = self.snapshots.clone();
         let snapshot_bytes = snapshot.len() as u64;
         let (meta_copy, data) = (meta.clone(), snapshot);
-        let saved = tokio::task::spawn_blocking(move || snapshots.save(&meta_copy, &data))
+        let saved = crate::runtime::blocking(move || snapshots.save(&meta_copy, &data))
             .await
             .map_err(io::Error::other)??;
         if let Saved::KeptInPlace { in_place } = saved {
@@ -754,7 +754,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let snapshots = self.snapshots.clone();
-        let loaded = tokio::task::spawn_blocking(move || snapshots.load())
+        let loaded = crate::runtime::blocking(move || snapshots.load())
             .await
             .map_err(io::Error::other)??;
         Ok(loaded.map(|(meta, data)| Snapshot {

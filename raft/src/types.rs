@@ -12,6 +12,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::impls::BasicNode,
         LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+        AsyncRuntime = crate::runtime::PalisadeRuntime,
 );
 
 /// A node id.

@@ -33,13 +33,13 @@ pub(super) async fn create_ssh_session(
         }
         ttl => ttl,
     };
-    let token_bytes: [u8; 32] = rand::random();
+    let token_bytes: [u8; 32] = crate::ids::random_bytes();
     let session_token = format!("pss1.{}", hex::encode(token_bytes));
     // The session's expiry is the replicated clock at apply plus its TTL;
     // this replica's clock only goes into the audit trail.
     let time_ms = service.now_ms();
     let ttl_ms = i64::from(ttl_seconds) * 1000;
-    let session_id = uuid::Uuid::new_v4().to_string();
+    let session_id = crate::ids::new_uuid().to_string();
     let proposed = service
         .replica
         .propose(Command::CreateSshSession {

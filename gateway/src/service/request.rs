@@ -52,7 +52,7 @@ pub(super) fn request_meta(
     payload: &impl serde::Serialize,
 ) -> Result<RequestMeta, Status> {
     let id = if request_id.is_empty() {
-        uuid::Uuid::new_v4().to_string()
+        crate::ids::new_uuid().to_string()
     } else {
         validate::request_id(request_id).map_err(errors::invalid_input)?;
         request_id.to_string()

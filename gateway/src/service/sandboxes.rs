@@ -198,14 +198,14 @@ pub(super) async fn create(
         ),
     )?;
     let command = Command::BeginCreate {
-        id: uuid::Uuid::new_v4().to_string(),
+        id: crate::ids::new_uuid().to_string(),
         workspace,
         name: request.name.clone(),
         spec,
         labels,
         annotations,
         time_ms: meta.time_ms,
-        host_identity: format!("ssh-host-{}", uuid::Uuid::new_v4().simple()),
+        host_identity: format!("ssh-host-{}", crate::ids::new_uuid().simple()),
         request: meta.clone(),
     };
     let settled = service

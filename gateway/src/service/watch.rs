@@ -132,13 +132,15 @@ pub(super) async fn sandboxes(
                 }
             }
             tokio::select! {
+                // `biased`: deterministic for `--sim`; a gone client first.
+                biased;
+                () = sender.closed() => return,
                 changed = applied.changed() => {
                     if changed.is_err() {
                         let _ = sender.send(Err(errors::unavailable(errors::SHUTTING_DOWN, "the replica is shutting down; resume the watch on another replica"))).await;
                         return;
                     }
                 }
-                () = sender.closed() => return,
             }
         }
     });

@@ -18,7 +18,7 @@ pub(super) async fn create(
     let proposed = service
         .replica
         .propose(Command::CreateWorkspace {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: crate::ids::new_uuid().to_string(),
             name: request.name.clone(),
             time_ms: service.now_ms(),
         })

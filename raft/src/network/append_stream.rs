@@ -282,6 +282,8 @@ impl AppendResponses {
             // `message()` only polls the stream, so dropping it when the
             // request side moves first loses nothing.
             tokio::select! {
+                // `biased`: deterministic for `--sim`; an answer first.
+                biased;
                 message = self.responses.message() => {
                     return message.map_err(|status| self.status_error(&status));
                 }

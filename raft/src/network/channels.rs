@@ -169,11 +169,11 @@ impl PeerClients {
             match channels.get(&target) {
                 Some(cached) if cached.addr == addr => cached.channel.clone(),
                 _ => {
-                    let channel = endpoint(addr, target, self.shared.tls.as_deref())
-                        .map_err(|error| {
+                    let channel =
+                        endpoint(addr, target, self.shared.tls.as_deref()).map_err(|error| {
                             format!("node {target} has an invalid address {addr:?}: {error}")
-                        })?
-                        .connect_lazy();
+                        })?;
+                    let channel = crate::simnet::channel_lazy(channel);
                     channels.insert(
                         target,
                         CachedChannel {
@@ -198,10 +198,17 @@ fn endpoint(
     target: NodeId,
     tls: Option<&TlsMaterial>,
 ) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(crate::tls::peer_endpoint(addr, target, tls)?
+    let endpoint = crate::tls::peer_endpoint(addr, target, tls)?
         .connect_timeout(CONNECT_TIMEOUT)
         // Raft messages are small and latency-bound.
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    if crate::runtime::is_simulated() {
+        // hyper times its keep-alive pings with the system clock, not
+        // tokio's: in the simulation they would fire at wall-clock moments.
+        // An in-memory pipe is never silently lost anyway.
+        return Ok(endpoint);
+    }
+    Ok(endpoint
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true))

@@ -409,6 +409,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             tokio::pin!(call);
             tokio::pin!(send_chunks);
             let reply = tokio::select! {
+                // `biased`: deterministic for `--sim`.
+                biased;
                 // The receiver answered before it had every byte: a refusal.
                 reply = &mut call => reply,
                 sent = &mut send_chunks => match sent {
@@ -434,6 +436,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         };
 
         tokio::select! {
+            // `biased`: deterministic for `--sim`.
+            biased;
             closed = cancel => Err(StreamingError::Closed(closed)),
             result = exchange => result,
         }
