@@ -556,14 +556,20 @@ impl Cluster {
     }
 
     /// True if the replica stopped on its own (fail-stop: its thread
-    /// ended without a crash).
+    /// ended without a crash). Never in the simulation (no `storage`
+    /// nemesis there, see [`NemesisKind::SIMULATION`](crate::nemesis::NemesisKind::SIMULATION)).
     pub fn has_stopped(&self, node_id: NodeId) -> bool {
         self.slot(node_id).is_some_and(|slot| {
             slot.running
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .as_ref()
-                .is_some_and(|running| running.thread.is_finished())
+                .is_some_and(|running| {
+                    running
+                        .thread
+                        .as_ref()
+                        .is_some_and(std::thread::JoinHandle::is_finished)
+                })
         })
     }
 
