@@ -447,8 +447,10 @@ pub trait ComputeDriver: Send + Sync + 'static {
 
     /// Deletes tombstones (and fences) of removed sandboxes older than the
     /// driver's retention; returns how many went. The leader's reconciler
-    /// calls it every round. A driver whose tombstones need no collection
-    /// keeps this default.
+    /// calls it every round; a driver may scan less often than that (the
+    /// process driver scans at most hourly) as long as it never collects a
+    /// tombstone before its retention is over. A driver whose tombstones need
+    /// no collection keeps this default.
     fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
         Box::pin(async { Ok(0) })
     }

@@ -11,8 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -77,6 +77,9 @@ pub struct ProcessDriver {
     timeouts: ProcessDriverTimeouts,
     /// Whom commands run as; `None`: the gateway's own user.
     sandbox_user: Option<super::SandboxUser>,
+    /// When the reconciler's last tombstone collection scanned the driver
+    /// directory (see [`ProcessDriver::collect_tombstones_due`]); shared by clones.
+    collected_at: Arc<Mutex<Option<Instant>>>,
 }
 
 impl ProcessDriver {
@@ -111,6 +114,7 @@ impl ProcessDriver {
             driver_id,
             timeouts: ProcessDriverTimeouts::default(),
             sandbox_user: None,
+            collected_at: Arc::default(),
         })
     }
 
@@ -185,6 +189,31 @@ impl ProcessDriver {
     pub async fn collect_tombstones(&self) -> Result<usize, DriverError> {
         let driver = self.clone();
         blocking(move || driver.collect_tombstones_blocking(SystemTime::now())).await
+    }
+
+    /// What the reconciler calls every round ([`ComputeDriver::collect_tombstones`]):
+    /// [`ProcessDriver::collect_tombstones`], but at most once per
+    /// [`TOMBSTONE_COLLECTION_INTERVAL_MAX`] or an eighth of the retention, whichever
+    /// is shorter; a call in between returns 0 without listing anything. A
+    /// collection scans every sandbox directory, and the tombstoned ones stay for
+    /// the whole retention (7 days by default), so scanning every 10 s round would
+    /// make each round cost O(every sandbox removed this week). A tombstone is
+    /// never collected early by this (only up to one interval late), so what it
+    /// guards is unchanged.
+    pub async fn collect_tombstones_due(&self) -> Result<usize, DriverError> {
+        let interval =
+            (self.timeouts.tombstone_retention / 8).min(TOMBSTONE_COLLECTION_INTERVAL_MAX);
+        {
+            let mut collected_at = self
+                .collected_at
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if collected_at.is_some_and(|at| at.elapsed() < interval) {
+                return Ok(0);
+            }
+            *collected_at = Some(Instant::now());
+        }
+        self.collect_tombstones().await
     }
 
     pub(super) fn lock(&self, sandbox_dir: &Path) -> Result<SandboxLock, DriverError> {
@@ -801,7 +830,7 @@ impl ComputeDriver for ProcessDriver {
     }
 
     fn collect_tombstones(&self) -> DriverFuture<'_, usize> {
-        Box::pin(ProcessDriver::collect_tombstones(self))
+        Box::pin(ProcessDriver::collect_tombstones_due(self))
     }
 
     fn read_log<'a>(
@@ -951,7 +980,7 @@ pub(crate) fn request_stop(dir: &Path) -> io::Result<bool> {
 
 /// The generations under a sandbox directory (empty if it does not exist).
 pub(crate) fn generations_of(sandbox_dir: &Path) -> io::Result<Vec<u64>> {
-    let entries = match fs::read_dir(sandbox_dir) {
+    let entries = match read_sandbox_dir(sandbox_dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(error),
@@ -995,7 +1024,7 @@ pub(crate) fn delete_executions(
     driver_id: &str,
 ) -> Result<Deletion, DriverError> {
     let uncertain = |error| io_uncertain("deleting the executions of", sandbox_dir, error);
-    let entries = match fs::read_dir(sandbox_dir) {
+    let entries = match read_sandbox_dir(sandbox_dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Deletion::Done),
         Err(error) => return Err(uncertain(error)),
@@ -1068,8 +1097,11 @@ pub(crate) fn list_blocking(
         if validate_sandbox_id(&sandbox_id).is_err() || !entry.file_type()?.is_dir() {
             continue; // not ours
         }
-        let tombstoned = read_tombstone(&entry.path())?.is_some();
-        for generation in generations_of(&entry.path())? {
+        // One listing of the sandbox directory gives both its tombstone and its
+        // generations.
+        let records = read_sandbox_records(&entry.path())?;
+        let tombstoned = records.fencing.tombstone.is_some();
+        for generation in records.generations {
             if executions.len() >= EXECUTIONS_LISTED_MAX {
                 return Err(too_many_executions(driver_dir));
             }

@@ -57,7 +57,7 @@ use serde::{Deserialize, Serialize};
 use crate::{DriverError, Fence};
 
 use super::driver::io_uncertain;
-use super::records::{create_record, parent_of, read_record, sync_together};
+use super::records::{create_record, parent_of, read_record, read_sandbox_dir, sync_together};
 use super::*;
 
 /// The sandbox's tombstone: it was removed, by which fence, and when (wall clock,
@@ -166,6 +166,14 @@ pub(crate) fn lock_sandbox(
     }
 }
 
+/// A sandbox directory's fencing records and generations, from one listing.
+#[derive(Debug, Default)]
+pub(crate) struct SandboxRecords {
+    pub(crate) fencing: FencingRecords,
+    /// The generation directories, ascending.
+    pub(crate) generations: Vec<u64>,
+}
+
 /// What a sandbox directory records about fencing, read in one listing of it.
 #[derive(Debug, Default)]
 pub(crate) struct FencingRecords {
@@ -182,10 +190,27 @@ pub(crate) struct FencingRecords {
 /// [`fence_name`]) and, from directories written by the first fencing release,
 /// `fence.json` and `tombstone.json`. Nothing recorded if the directory is missing.
 pub(crate) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
+    Ok(read_sandbox_records(sandbox_dir)?.fencing)
+}
+
+/// Everything a sandbox directory holds that `list` needs: its fencing records
+/// and its generations (as [`super::driver::generations_of`], sorted), read in
+/// **one** listing of the directory. The orphan reconciler lists every sandbox
+/// directory each round, tombstoned ones included (they are kept for
+/// [`ProcessDriverTimeouts::tombstone_retention`](super::ProcessDriverTimeouts)),
+/// so a round costs one listing per sandbox, not one for the tombstone and
+/// another for the generations.
+pub(crate) fn read_sandbox_records(sandbox_dir: &Path) -> io::Result<SandboxRecords> {
     let mut records = FencingRecords::default();
-    let entries = match fs::read_dir(sandbox_dir) {
+    let mut generations = Vec::new();
+    let entries = match read_sandbox_dir(sandbox_dir) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(records),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            return Ok(SandboxRecords {
+                fencing: records,
+                generations,
+            });
+        }
         Err(error) => return Err(error),
     };
     let sandbox_id = sandbox_dir
@@ -204,6 +229,10 @@ pub(crate) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
         let Some(name) = name.to_str() else {
             continue; // never one of ours
         };
+        if let Ok(generation) = name.parse::<u64>() {
+            generations.push(generation);
+            continue;
+        }
         let (fence, tombstone) = if name == LEGACY_FENCE_FILE {
             (read_record::<Fence>(&entry.path())?, None)
         } else if name == LEGACY_TOMBSTONE_FILE {
@@ -236,7 +265,11 @@ pub(crate) fn read_fencing(sandbox_dir: &Path) -> io::Result<FencingRecords> {
             records.tombstone = Some(tombstone);
         }
     }
-    Ok(records)
+    generations.sort_unstable();
+    Ok(SandboxRecords {
+        fencing: records,
+        generations,
+    })
 }
 
 /// The highest fence admitted for the sandbox, if any.

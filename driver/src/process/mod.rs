@@ -114,7 +114,19 @@
 //! longer than any leader stays paused or any retry is repeated); after that a launch
 //! of the sandbox would no longer be refused, so keep it longer than the longest
 //! time an operation may remain pending. Collection removes the whole sandbox
-//! directory, fence included.
+//! directory, fence included. The reconciler's rounds (every 10 s) collect through
+//! [`ProcessDriver::collect_tombstones_due`], which scans at most hourly (an eighth
+//! of a shorter retention): a scan lists every sandbox directory, tombstoned ones
+//! included.
+//!
+//! # What a reconciler round reads
+//!
+//! `list` reads each sandbox directory **once** (its tombstone and its generations
+//! come from the same listing) and observes each generation found; a tombstoned
+//! sandbox costs that one listing. A round therefore costs one listing per sandbox
+//! directory plus the records and `/proc` entries of the generations still on disk,
+//! not three listings per sandbox directory (tombstone, generations, collection).
+//! `driver/tests/process_listing_budget.rs` keeps that budget.
 //!
 //! The driver directory's identity (`.driver-id`) is created by the first replica
 //! that opens it and recorded in every `shim.json` and handle. A claim that names
@@ -241,6 +253,10 @@ pub(crate) const SANDBOX_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(2)
 /// Default time a tombstone is kept: a week, far longer than a leader stays paused or
 /// a retry is repeated.
 pub const TOMBSTONE_RETENTION_DEFAULT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// Longest time between two tombstone collections by the reconciler
+/// ([`ProcessDriver::collect_tombstones_due`]); with a shorter retention, an eighth
+/// of it.
+pub const TOMBSTONE_COLLECTION_INTERVAL_MAX: Duration = Duration::from_secs(60 * 60);
 /// Most rounds of "stop every execution, delete the files" one `remove` makes before
 /// it answers `Uncertain` (a round is repeated only when a shim claimed an execution
 /// while the previous one ran).

@@ -321,6 +321,23 @@ pub fn fsync_rounds_issued() -> u64 {
     FSYNC_ROUNDS.load(Ordering::Relaxed)
 }
 
+/// Listings of sandbox directories (see [`read_sandbox_dir`]).
+static SANDBOX_DIR_LISTINGS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the process driver code of this process has listed a sandbox
+/// directory so far. For the tests that keep the work of `list` and of tombstone
+/// collection per sandbox bounded; not for operators.
+#[doc(hidden)]
+pub fn sandbox_dir_listings() -> u64 {
+    SANDBOX_DIR_LISTINGS.load(Ordering::Relaxed)
+}
+
+/// `fs::read_dir` of a sandbox directory, counted (see [`sandbox_dir_listings`]).
+pub(crate) fn read_sandbox_dir(sandbox_dir: &Path) -> io::Result<fs::ReadDir> {
+    SANDBOX_DIR_LISTINGS.fetch_add(1, Ordering::Relaxed);
+    fs::read_dir(sandbox_dir)
+}
+
 fn sync(file: &File) -> io::Result<()> {
     FSYNC_ROUNDS.fetch_add(1, Ordering::Relaxed);
     sync_one(file)
