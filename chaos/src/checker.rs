@@ -155,20 +155,13 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
-    for event in evidence
-        .faults
-        .iter()
-        .filter(|event| event.kind == "storage-not-fail-stopped")
-    {
-        anomalies.push(Anomaly {
-            kind: "storage-fault-ignored",
-            message: format!(
-                "{} (a replica whose log append failed must stop serving)",
-                event.detail
-            ),
-            excerpt: vec![format!("{:>9} {}", seconds(event.at_us), event.detail)],
-        });
-    }
+    recorded_faults_are_anomalies(
+        evidence,
+        "storage-not-fail-stopped",
+        "storage-fault-ignored",
+        "a replica whose log append failed must stop serving",
+        &mut anomalies,
+    );
     if let Some(Err(message)) = &evidence.membership {
         anomalies.push(Anomaly {
             kind: "membership-invalid",
@@ -194,17 +187,33 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
 /// a member's message completed, or observed, what the leader's own
 /// executor never did.
 fn forged(evidence: &Evidence, anomalies: &mut Vec<Anomaly>) {
+    recorded_faults_are_anomalies(
+        evidence,
+        "forge-accepted",
+        "forged-command-accepted",
+        "a leader-internal command must never be accepted from the wire",
+        anomalies,
+    );
+}
+
+/// Every fault event of `event_kind` the nemesis recorded (something it
+/// saw the system do that must never happen) is an anomaly of
+/// `anomaly_kind`; `why` says the rule it broke.
+fn recorded_faults_are_anomalies(
+    evidence: &Evidence,
+    event_kind: &str,
+    anomaly_kind: &'static str,
+    why: &str,
+    anomalies: &mut Vec<Anomaly>,
+) {
     for event in evidence
         .faults
         .iter()
-        .filter(|event| event.kind == "forge-accepted")
+        .filter(|event| event.kind == event_kind)
     {
         anomalies.push(Anomaly {
-            kind: "forged-command-accepted",
-            message: format!(
-                "{} (a leader-internal command must never be accepted from the wire)",
-                event.detail
-            ),
+            kind: anomaly_kind,
+            message: format!("{} ({why})", event.detail),
             excerpt: vec![format!("{:>9} {}", seconds(event.at_us), event.detail)],
         });
     }
