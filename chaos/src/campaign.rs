@@ -525,12 +525,15 @@ async fn drive(
 
     let endpoints = Endpoints::new(&cluster.endpoints())
         .map_err(|error| ChaosError::Config(format!("bad endpoint: {error}")))?;
+    let first_round_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workload_config = WorkloadConfig {
         rate: config.rate,
+        keep_going_until: Some(first_round_done.clone()),
         ..WorkloadConfig::new(config.operations, config.clients, config.names, config.seed)
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let nemesis = Nemesis {
+        first_round_done,
         cluster: cluster.clone(),
         links: links.clone(),
         triggers: triggers.clone(),

@@ -218,6 +218,10 @@ pub struct Nemesis {
     pub endpoints: Endpoints,
     /// Prefix of the nemesis's request ids.
     pub request_prefix: String,
+    /// Set once every kind of the cluster lane had its turn (its first
+    /// round done); the workload goes on past its operations until then
+    /// ([`WorkloadConfig::keep_going_until`](crate::workload::WorkloadConfig::keep_going_until)).
+    pub first_round_done: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Nemesis {
@@ -312,6 +316,8 @@ impl Nemesis {
         let mut round: Vec<NemesisKind> = Vec::new();
         let mut first_round = true;
         if kinds.is_empty() {
+            self.first_round_done
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             return;
         }
         loop {
@@ -351,6 +357,10 @@ impl Nemesis {
                 NemesisKind::Membership => self.membership().await,
                 NemesisKind::Storage => self.storage(&mut stop).await,
                 NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
+            }
+            if round.is_empty() {
+                self.first_round_done
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
             }
         }
     }

@@ -73,7 +73,22 @@ pub struct WorkloadConfig {
     /// lasts long enough for the nemesis's faults in time; a client held up
     /// by a fault catches up afterwards.
     pub rate: f64,
+    /// While this is false once the `operations` are issued, a paced
+    /// workload (`rate` > 0) goes on at the same pace, for at most
+    /// [`KEEP_GOING_MAX`] past its planned end: the nemesis sets
+    /// it once every requested kind of fault had its turn, so that a short
+    /// campaign under many nemeses is not vacuous (a fault kind that never
+    /// fired proves nothing). `None`, or an unpaced workload: stop at
+    /// `operations`.
+    pub keep_going_until: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
+
+/// How long past its planned end a paced workload goes on while it waits
+/// for the nemesis's first round ([`WorkloadConfig::keep_going_until`]).
+/// The cluster lane's first round holds one fault of each kind, each
+/// bounded, and the snapshot race alone may take ~20 s (its hold, install
+/// wait and restart).
+pub const KEEP_GOING_MAX: Duration = Duration::from_secs(60);
 
 /// The default pace of the operation stream, operations per second
 /// (`palisade chaos run --rate`): 300 operations take about 7.5 s, long
@@ -93,6 +108,7 @@ impl WorkloadConfig {
             stale_probability: 0.25,
             request_prefix: format!("chaos-{seed}"),
             rate: DEFAULT_RATE,
+            keep_going_until: None,
         }
     }
 
@@ -467,7 +483,26 @@ async fn client_loop(shared: Arc<Shared>, client: ClientId, mut rng: StdRng) {
     loop {
         let claimed = shared.next_operation.fetch_add(1, Ordering::Relaxed);
         if claimed >= shared.config.operations {
-            return;
+            let waiting_for_the_nemesis = shared
+                .config
+                .keep_going_until
+                .as_ref()
+                .is_some_and(|done| !done.load(Ordering::SeqCst));
+            // Paced: the extra operations' due times end KEEP_GOING_MAX
+            // after the planned end.
+            let cap = shared.config.operations
+                + (KEEP_GOING_MAX.as_secs_f64() * shared.config.rate.max(0.0)) as usize;
+            if !waiting_for_the_nemesis || shared.config.rate <= 0.0 || claimed >= cap {
+                return;
+            }
+            if claimed == shared.config.operations {
+                shared.history.fault(
+                    "workload-goes-on",
+                    format!(
+                        "{claimed} operations issued; going on (at most {cap}) until every kind of fault had its turn"
+                    ),
+                );
+            }
         }
         if shared.config.rate > 0.0 {
             let due = Duration::from_secs_f64(claimed as f64 / shared.config.rate);
