@@ -290,17 +290,24 @@ impl Nemesis {
     /// Returns how many faults of each kind were injected, and missed.
     pub async fn run(mut self, stop: watch::Receiver<bool>) -> NemesisOutcome {
         // The side lanes first, each with its own RNG drawn from this one,
-        // so that the schedule stays a function of the seed.
+        // so that the schedule stays a function of the seed. The `postgres`
+        // lane's is derived without advancing it: adding `--postgres` to a
+        // seed leaves every other fault of its schedule as it was.
         let mut lanes = tokio::task::JoinSet::new();
         for kind in self.kinds.clone() {
             if kind.is_cluster_lane() {
                 continue;
             }
+            let rng = if kind.needs_postgres() {
+                StdRng::seed_from_u64(self.rng.clone().random::<u64>() ^ POSTGRES_LANE_SALT)
+            } else {
+                StdRng::seed_from_u64(self.rng.random())
+            };
             let lane = Lane {
                 cluster: self.cluster.clone(),
                 host: self.host.clone(),
                 history: self.history.clone(),
-                rng: StdRng::seed_from_u64(self.rng.random()),
+                rng,
                 counts: BTreeMap::new(),
                 missed: BTreeMap::new(),
                 postgres: self.postgres.clone(),
@@ -1118,6 +1125,9 @@ impl Lane {
         others.choose(&mut self.rng).copied()
     }
 }
+
+/// Mixed into the `postgres` lane's seed (see [`Nemesis::run`]).
+const POSTGRES_LANE_SALT: u64 = 0x7067_6374_6c00_0000;
 
 /// How long the `postgres` lane stays quiet between two outages, ms (low, high).
 pub const POSTGRES_QUIET_MS: (u64, u64) = (600, 2_000);
