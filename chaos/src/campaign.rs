@@ -94,7 +94,7 @@ pub struct CampaignConfig {
 impl CampaignConfig {
     /// The default campaign for `seed`: 400 operations paced at
     /// [`workload::DEFAULT_RATE`] per second, 5 clients on 6 names, 3
-    /// replicas, every nemesis, in process.
+    /// replicas, every nemesis (but `postgres`: no PostgreSQL), in process.
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -102,7 +102,7 @@ impl CampaignConfig {
             clients: 5,
             names: 6,
             replicas: 3,
-            nemeses: NemesisKind::ALL.to_vec(),
+            nemeses: NemesisKind::all(false),
             mode: Mode::InProcess,
             postgres: false,
             rate: workload::DEFAULT_RATE,
@@ -279,7 +279,16 @@ impl std::fmt::Display for Report {
             None => writeln!(f, "  replicas did not converge")?,
         }
         if self.checks.projection_checked {
-            writeln!(f, "  PostgreSQL projection compared with the state")?;
+            if self.nemeses.iter().any(|kind| kind == "postgres") {
+                writeln!(
+                    f,
+                    "  {}: compared, after {} PostgreSQL stops and restarts",
+                    checker::POSTGRES_FAULTS_CHECK,
+                    self.faults_by_kind.get("postgres").copied().unwrap_or(0)
+                )?;
+            } else {
+                writeln!(f, "  PostgreSQL projection compared with the state")?;
+            }
         }
         if self.mode == "simulated" {
             writeln!(f, "  duration: {:.1}s (simulated)", self.duration_seconds)?;
@@ -319,7 +328,14 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
         ));
     }
     match &config.mode {
-        Mode::InProcess => run_in_process(config, None).await,
+        Mode::InProcess => {
+            if !config.postgres
+                && let Some(kind) = config.nemeses.iter().find(|kind| kind.needs_postgres())
+            {
+                return Err(ChaosError::Config(needs_postgres_message(*kind)));
+            }
+            run_in_process(config, None).await
+        }
         Mode::Simulated => {
             let config = config.clone();
             tokio::task::spawn_blocking(move || simulate(&config))
@@ -330,6 +346,16 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
             crate::process::run_campaign(config, palisade, docker.as_ref()).await
         }
     }
+}
+
+/// Why a nemesis that needs PostgreSQL cannot run without `--postgres`,
+/// and what to do.
+pub fn needs_postgres_message(kind: NemesisKind) -> String {
+    format!(
+        "the nemesis {} stops and restarts the projection's PostgreSQL server, which runs only with --postgres: add --postgres (PostgreSQL must be installed: scripts/ensure-postgres), or drop {} from --nemesis",
+        kind.name(),
+        kind.name()
+    )
 }
 
 /// Aborts a task when dropped (the simulation's heartbeat, whichever way
@@ -419,7 +445,8 @@ async fn run_in_process(
     let (triggers, fired) = Triggers::new();
     let triggers = Arc::new(triggers);
     let postgres = if config.postgres {
-        Some(crate::projection::start_postgres().await?)
+        // Shared with the `postgres` nemesis, which stops and restarts it.
+        Some(Arc::new(crate::projection::start_postgres().await?))
     } else {
         None
     };
@@ -441,7 +468,17 @@ async fn run_in_process(
         links.clone(),
         triggers.clone(),
     )?);
-    let result = drive(config, &cluster, &history, &host, &links, &triggers, fired).await;
+    let result = drive(
+        config,
+        &cluster,
+        &history,
+        &host,
+        &links,
+        &triggers,
+        fired,
+        postgres.clone(),
+    )
+    .await;
     let projection = match (&result, &postgres) {
         (Ok(_), Some(postgres)) => Some(crate::projection::check(postgres.url(), &cluster).await),
         _ => None,
@@ -510,6 +547,7 @@ pub(crate) struct Counters {
 
 type Driven = (NemesisOutcome, Option<u64>, EndState);
 
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     config: &CampaignConfig,
     cluster: &Arc<Cluster>,
@@ -518,6 +556,7 @@ async fn drive(
     links: &Arc<LinkTable>,
     triggers: &Arc<Triggers>,
     fired: tokio::sync::mpsc::Receiver<crate::points::Fired>,
+    postgres: Option<Arc<palisade_projection::TestPostgres>>,
 ) -> Result<Driven, ChaosError> {
     let leader = cluster.wait_for_leader(FIRST_LEADER_WAIT_MAX).await?;
     // Execution tokens need the cluster identity the first leader writes.
@@ -548,6 +587,7 @@ async fn drive(
         handoffs: 0,
         endpoints: endpoints.clone(),
         request_prefix: workload_config.request_prefix.clone(),
+        postgres,
     };
     let nemesis = tokio::spawn(nemesis.run(stop_rx));
     workload::run(
@@ -786,5 +826,74 @@ pub(crate) fn report(
         timeline: evidence.faults.clone(),
         history: evidence.operations.clone(),
         duration_seconds: duration.as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report_with(faults: &[(&str, u64)], missed: &[(&str, u64)]) -> Report {
+        let config = CampaignConfig {
+            nemeses: vec![NemesisKind::Postgres],
+            postgres: true,
+            ..CampaignConfig::new(1)
+        };
+        let counts = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(kind, count)| (kind.to_string(), *count))
+                .collect()
+        };
+        let checks = CheckStats {
+            projection_checked: true,
+            ..CheckStats::default()
+        };
+        report(
+            &config,
+            "in-process",
+            &Evidence::default(),
+            Vec::new(),
+            checks,
+            Counters {
+                faults: counts(faults),
+                missed: counts(missed),
+                driver_faults: BTreeMap::new(),
+                messages: BTreeMap::new(),
+                points_reached: BTreeMap::new(),
+            },
+            Some(1),
+            Duration::from_secs(1),
+        )
+    }
+
+    /// A campaign with the `postgres` nemesis that stopped PostgreSQL not
+    /// once proves nothing about the projection under PostgreSQL faults.
+    #[test]
+    fn a_postgres_nemesis_that_never_stopped_postgres_is_vacuous() {
+        let report = report_with(&[], &[("postgres:stop-fast", 2)]);
+        assert_eq!(report.vacuous, vec!["postgres".to_string()]);
+        let text = report.to_string();
+        assert!(
+            text.contains("VACUOUS: requested nemesis never fired: postgres"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_report_names_the_projection_check_after_postgres_faults() {
+        let report = report_with(
+            &[("postgres:stop-fast", 2), ("postgres:stop-immediate", 1)],
+            &[],
+        );
+        assert!(!report.is_vacuous());
+        assert_eq!(report.faults_by_kind.get("postgres"), Some(&3));
+        let text = report.to_string();
+        assert!(
+            text.contains(
+                "projection equals state after PostgreSQL faults: compared, after 3 PostgreSQL stops and restarts"
+            ),
+            "{text}"
+        );
     }
 }

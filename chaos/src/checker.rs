@@ -13,7 +13,7 @@
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
 //! | a replica whose log append failed stops (fail-stop) | `storage` nemesis events | `storage-fault-ignored` |
 //! | after membership changes: one configuration, every member running and agreeing on it | the members' Raft metrics | `membership-invalid` |
-//! | the PostgreSQL projection equal to the state (with `--postgres`) | projection rows | `projection-diverged` |
+//! | the PostgreSQL projection equal to the state (with `--postgres`); with the `postgres` nemesis: *projection equals state after PostgreSQL faults* | projection rows; the `postgres` nemesis's stops and restarts | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
 //! | a forged peer message carrying a leader-internal command is refused | the `forge` nemesis's answers | `forged-command-accepted` |
 //!
@@ -32,6 +32,11 @@ use crate::clock::seconds;
 use crate::history::{Call, FaultEvent, Operation, Phase, Replay, Reply, short};
 use crate::host::{Effect, EffectKind, HostExecution};
 use crate::linearizability::{self, Verdict};
+
+/// The name of the final projection check of a campaign with the
+/// `postgres` nemesis (the report prints it; a difference is the anomaly
+/// `projection-diverged`).
+pub const POSTGRES_FAULTS_CHECK: &str = "projection equals state after PostgreSQL faults";
 
 /// Most lines of history an anomaly quotes.
 pub const EXCERPT_LINES_MAX: usize = 40;
@@ -171,14 +176,45 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     }
     forged(evidence, &mut anomalies);
     if let Some(Err(message)) = &evidence.projection {
-        anomalies.push(Anomaly {
-            kind: "projection-diverged",
-            message: message.clone(),
-            excerpt: Vec::new(),
-        });
+        anomalies.push(projection_diverged(evidence, message));
     }
     stats.projection_checked = evidence.projection.is_some();
     (anomalies, stats)
+}
+
+/// The projection differs from the state, or could not be read in time.
+/// After PostgreSQL faults (the `postgres` nemesis) the anomaly says so
+/// and quotes the last stops and restarts.
+fn projection_diverged(evidence: &Evidence, message: &str) -> Anomaly {
+    let postgres_events: Vec<&FaultEvent> = evidence
+        .faults
+        .iter()
+        .filter(|event| event.kind.starts_with("postgres"))
+        .collect();
+    if !postgres_events.iter().any(|event| event.injected) {
+        return Anomaly {
+            kind: "projection-diverged",
+            message: message.to_string(),
+            excerpt: Vec::new(),
+        };
+    }
+    let skip = postgres_events.len().saturating_sub(EXCERPT_LINES_MAX);
+    Anomaly {
+        kind: "projection-diverged",
+        message: format!("{}: {message}", POSTGRES_FAULTS_CHECK),
+        excerpt: postgres_events
+            .into_iter()
+            .skip(skip)
+            .map(|event| {
+                format!(
+                    "{:>9} {:<24} {}",
+                    seconds(event.at_us),
+                    event.kind,
+                    event.detail
+                )
+            })
+            .collect(),
+    }
 }
 
 /// The `forge` nemesis sends the leader leader-internal commands as

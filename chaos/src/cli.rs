@@ -52,10 +52,12 @@ pub struct RunArgs {
     /// driver, clock, forge, membership (add a learner, promote it, remove
     /// a voter, re-add it, on a spare replica slot), storage (the next
     /// append to one replica's Raft log fails — fsync error, disk full —
-    /// or is torn before a crash); or `all` (in
-    /// `--mode process`: the first five),
-    /// or `none`. A requested nemesis that never fires makes the campaign
-    /// fail (exit 3, "vacuous").
+    /// or is torn before a crash), postgres (needs --postgres: the
+    /// projection's PostgreSQL server stopped, fast or immediate, and
+    /// restarted at the same data directory and port, again and again); or
+    /// `all` (postgres included only with --postgres; in `--mode process`:
+    /// the first five), or `none`. A requested nemesis that never fires
+    /// makes the campaign fail (exit 3, "vacuous").
     #[arg(long, default_value = "all")]
     pub nemesis: String,
     /// Pace of the operation stream, operations per second over all
@@ -100,7 +102,7 @@ pub struct RunArgs {
     pub timeline: bool,
     /// Run the PostgreSQL projection on every replica (a throwaway server,
     /// started with initdb/pg_ctl) and check it equals the state at the end
-    /// (in-process mode).
+    /// (in-process mode); enables the postgres nemesis (in `all` too).
     #[arg(long)]
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
@@ -185,6 +187,34 @@ pub fn palisade_is_me() -> Option<PathBuf> {
     (me.file_name()? == "palisade").then_some(me)
 }
 
+/// The nemeses `--nemesis` asks for: `all` means the kinds this campaign
+/// can run (`--mode process` and `--sim` run fewer; `postgres` only with
+/// `--postgres`); in process, a kind named that needs `--postgres` without
+/// it is refused, with the fix (`--sim` and `--mode process` refuse it
+/// themselves: they run no PostgreSQL).
+pub fn requested_nemeses(args: &RunArgs) -> Result<Vec<NemesisKind>, String> {
+    let mut nemeses = NemesisKind::parse_list(&args.nemesis)?;
+    if args.nemesis.trim() == "all" {
+        if args.mode == ModeArg::Process {
+            nemeses.retain(|kind| NemesisKind::PROCESS_MODE.contains(kind));
+        }
+        if args.sim {
+            nemeses.retain(|kind| NemesisKind::SIMULATION.contains(kind));
+        }
+        if !args.postgres {
+            nemeses.retain(|kind| !kind.needs_postgres());
+        }
+    }
+    let in_process = args.mode == ModeArg::InProcess && !args.sim;
+    if in_process
+        && !args.postgres
+        && let Some(kind) = nemeses.iter().find(|kind| kind.needs_postgres())
+    {
+        return Err(crate::campaign::needs_postgres_message(*kind));
+    }
+    Ok(nemeses)
+}
+
 /// Runs one campaign per seed and prints the reports; returns the process
 /// exit code (0 clean, 1 an anomaly, 2 the harness could not run).
 pub async fn run_campaigns(args: RunArgs) -> i32 {
@@ -234,19 +264,13 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
                 .map_or(1, |elapsed| elapsed.as_nanos() as u64 % 1_000_000_000)
         }
     });
-    let mut nemeses = match NemesisKind::parse_list(&args.nemesis) {
+    let nemeses = match requested_nemeses(&args) {
         Ok(nemeses) => nemeses,
         Err(message) => {
             eprintln!("error: --nemesis: {message}");
             return 2;
         }
     };
-    if args.nemesis.trim() == "all" && args.mode == ModeArg::Process {
-        nemeses.retain(|kind| NemesisKind::PROCESS_MODE.contains(kind));
-    }
-    if args.nemesis.trim() == "all" && args.sim {
-        nemeses.retain(|kind| NemesisKind::SIMULATION.contains(kind));
-    }
     if !args.rate.is_finite() || args.rate < 0.0 {
         eprintln!("error: --rate must be a number of operations per second, 0 or more");
         return 2;
@@ -379,5 +403,53 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         3
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn nemeses(arguments: &[&str]) -> Result<Vec<NemesisKind>, String> {
+        let command =
+            Command::try_parse_from(std::iter::once("run").chain(arguments.iter().copied()))
+                .expect("the flags parse");
+        requested_nemeses(&command.run)
+    }
+
+    #[test]
+    fn all_includes_the_postgres_nemesis_only_with_postgres() {
+        assert_eq!(nemeses(&["--nemesis", "all"]), Ok(NemesisKind::all(false)));
+        assert!(!NemesisKind::all(false).contains(&NemesisKind::Postgres));
+        let with_postgres = nemeses(&["--postgres"]).expect("all with --postgres");
+        assert_eq!(with_postgres, NemesisKind::ALL.to_vec());
+        assert!(with_postgres.contains(&NemesisKind::Postgres));
+    }
+
+    #[test]
+    fn the_postgres_nemesis_without_postgres_is_refused_with_the_fix() {
+        let refused = nemeses(&["--nemesis", "kill,postgres"]).expect_err("refused");
+        assert!(refused.contains("postgres"), "{refused}");
+        assert!(refused.contains("add --postgres"), "{refused}");
+        assert_eq!(
+            nemeses(&["--nemesis", "postgres", "--postgres"]),
+            Ok(vec![NemesisKind::Postgres])
+        );
+    }
+
+    #[test]
+    fn all_in_process_mode_or_simulation_has_no_postgres_nemesis() {
+        let process = nemeses(&["--postgres", "--mode", "process"]).expect("process mode");
+        assert_eq!(process, NemesisKind::PROCESS_MODE.to_vec());
+        let simulated = nemeses(&["--sim"]).expect("simulation");
+        assert_eq!(simulated, NemesisKind::SIMULATION.to_vec());
     }
 }

@@ -57,7 +57,8 @@
 //! - [`workload`]: concurrent gRPC clients recording the history.
 //! - [`campaign`]: one seeded run, end to end, and its [`campaign::Report`].
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
-//!   equal the state at the end.
+//!   equal the state at the end; the `postgres` nemesis's stops and
+//!   restarts of its server.
 //! - [`process`] and [`proxy`]: the process-level mode.
 //! - [`report_dir`]: `--report-dir`: the history, the fault timeline and
 //!   an HTML page (timeline and latency plot) of a campaign.

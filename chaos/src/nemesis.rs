@@ -14,6 +14,7 @@
 //! | `membership` | the next step of a cycle through the admin API: start the spare replica slot empty and add it as a learner, promote it to voter, remove a voter that does not lead (then crash it and delete its files), re-add it later (see [`crate::membership`]) |
 //! | `storage` | the next append to one replica's Raft log fails (fsync error, disk full: the replica must fail-stop) or is torn (half the batch written, then a crash); the replica is restarted from its files (see [`crate::storage`]) |
 //! | `forge` | sends the leader a forged peer message: a leader-internal command (the completion of an operation in flight, an observation that a running execution was lost, a tick) as a `ForwardWrite` claiming to come from a member; the leader must refuse it (PERMISSION_DENIED), and an accepted one is recorded as `forge-accepted` |
+//! | `postgres` | (with `--postgres`) stops the projection's PostgreSQL server — `pg_ctl stop -m fast` or `-m immediate` (a crash), at random — holds it down for a few hundred ms to 1.5 s, and starts it again at the same data directory and port; the projection must equal the state at the end (see [`crate::projection`]) |
 //!
 //! # Density: faults in time, on lanes
 //!
@@ -22,8 +23,9 @@
 //! own RNG drawn from the seed: the **cluster lane** (`handoff`, `kill`,
 //! `pause`, `partition`, `membership`, `storage`) injects one fault at a time, in shuffled rounds
 //! of its kinds, which keeps a quorum available most of the time so the
-//! workload makes progress; the `driver`, `clock` and `forge` lanes run
-//! beside it, since none of them takes a replica away. Faults still
+//! workload makes progress; the `driver`, `clock`, `forge` and
+//! `postgres` lanes run beside it, since none of them takes a replica
+//! away. Faults still
 //! overlap with the consequences of the previous one (elections, catch-up,
 //! retried effects). The workload is paced ([`crate::workload`]) so that a
 //! campaign lasts long enough to see several faults of every kind.
@@ -41,6 +43,8 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver as _;
 use palisade_driver::fault::{FaultPlan, FaultRule};
+use palisade_projection::TestPostgres;
+use palisade_projection::test_postgres::Shutdown;
 use palisade_raft::NodeId;
 use palisade_raft::hooks::FaultPoint;
 use rand::rngs::StdRng;
@@ -85,11 +89,14 @@ pub enum NemesisKind {
     /// Faults in one replica's log store: fsync error, disk full, a torn
     /// write before a crash ([`crate::storage`]).
     Storage,
+    /// The projection's PostgreSQL server stopped (fast or immediate) and
+    /// restarted; only with `--postgres` ([`crate::projection`]).
+    Postgres,
 }
 
 impl NemesisKind {
-    /// Every kind.
-    pub const ALL: [NemesisKind; 9] = [
+    /// Every kind (`postgres` needs `--postgres`: see [`NemesisKind::all`]).
+    pub const ALL: [NemesisKind; 10] = [
         NemesisKind::Handoff,
         NemesisKind::Kill,
         NemesisKind::Pause,
@@ -99,7 +106,23 @@ impl NemesisKind {
         NemesisKind::Forge,
         NemesisKind::Membership,
         NemesisKind::Storage,
+        NemesisKind::Postgres,
     ];
+
+    /// What `--nemesis all` means in process: every kind, `postgres` only
+    /// when the campaign runs PostgreSQL (`--postgres`).
+    pub fn all(postgres: bool) -> Vec<NemesisKind> {
+        NemesisKind::ALL
+            .into_iter()
+            .filter(|kind| postgres || !kind.needs_postgres())
+            .collect()
+    }
+
+    /// True for the kinds that need the campaign's PostgreSQL server
+    /// (`--postgres`).
+    pub fn needs_postgres(self) -> bool {
+        self == NemesisKind::Postgres
+    }
 
     /// The kinds the simulation (`--sim`) can inject: a replica there
     /// cannot be crashed or paused (`Cluster::is_simulated`), so no
@@ -149,11 +172,13 @@ impl NemesisKind {
             NemesisKind::Forge => "forge",
             NemesisKind::Membership => "membership",
             NemesisKind::Storage => "storage",
+            NemesisKind::Postgres => "postgres",
         }
     }
 
-    /// Parses a comma-separated list (`all` for every kind, `none` or an
-    /// empty string for none).
+    /// Parses a comma-separated list (`all` for every kind — callers drop
+    /// the ones the campaign cannot run, see [`NemesisKind::all`] — `none`
+    /// or an empty string for none).
     pub fn parse_list(text: &str) -> Result<Vec<NemesisKind>, String> {
         let text = text.trim();
         if text == "all" {
@@ -181,7 +206,7 @@ impl FromStr for NemesisKind {
             .find(|kind| kind.name() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership, storage (or all)"
+                    "unknown nemesis {text:?}; choose from handoff, kill, pause, partition, driver, clock, forge, membership, storage, postgres (with --postgres) (or all)"
                 )
             })
     }
@@ -222,6 +247,9 @@ pub struct Nemesis {
     /// round done); the workload goes on past its operations until then
     /// ([`WorkloadConfig::keep_going_until`](crate::workload::WorkloadConfig::keep_going_until)).
     pub first_round_done: Arc<std::sync::atomic::AtomicBool>,
+    /// The projection's PostgreSQL server (`--postgres`), which the
+    /// `postgres` nemesis stops and restarts.
+    pub postgres: Option<Arc<TestPostgres>>,
 }
 
 impl Nemesis {
@@ -266,19 +294,27 @@ impl Nemesis {
     /// Returns how many faults of each kind were injected, and missed.
     pub async fn run(mut self, stop: watch::Receiver<bool>) -> NemesisOutcome {
         // The side lanes first, each with its own RNG drawn from this one,
-        // so that the schedule stays a function of the seed.
+        // so that the schedule stays a function of the seed. The `postgres`
+        // lane's is derived without advancing it: adding `--postgres` to a
+        // seed leaves every other fault of its schedule as it was.
         let mut lanes = tokio::task::JoinSet::new();
         for kind in self.kinds.clone() {
             if kind.is_cluster_lane() {
                 continue;
             }
+            let rng = if kind.needs_postgres() {
+                StdRng::seed_from_u64(self.rng.clone().random::<u64>() ^ POSTGRES_LANE_SALT)
+            } else {
+                StdRng::seed_from_u64(self.rng.random())
+            };
             let lane = Lane {
                 cluster: self.cluster.clone(),
                 host: self.host.clone(),
                 history: self.history.clone(),
-                rng: StdRng::seed_from_u64(self.rng.random()),
+                rng,
                 counts: BTreeMap::new(),
                 missed: BTreeMap::new(),
+                postgres: self.postgres.clone(),
             };
             lanes.spawn(lane.run(kind, stop.clone()));
         }
@@ -356,7 +392,10 @@ impl Nemesis {
                 NemesisKind::Partition => self.partition().await,
                 NemesisKind::Membership => self.membership().await,
                 NemesisKind::Storage => self.storage(&mut stop).await,
-                NemesisKind::Driver | NemesisKind::Clock | NemesisKind::Forge => {}
+                NemesisKind::Driver
+                | NemesisKind::Clock
+                | NemesisKind::Forge
+                | NemesisKind::Postgres => {}
             }
             if round.is_empty() {
                 self.first_round_done
@@ -800,6 +839,9 @@ impl Nemesis {
         self.disarm();
         self.links.heal();
         self.host.set_plan(FaultPlan::default());
+        if let Some(postgres) = &self.postgres {
+            crate::projection::ensure_running(postgres, &self.history).await;
+        }
         if self.kinds.contains(&NemesisKind::Membership) {
             // A change whose answer was lost may have landed meanwhile.
             let _ = self.cluster.wait_for_leader(HEAL_LEADER_WAIT_MAX).await;
@@ -833,8 +875,9 @@ pub struct NemesisOutcome {
     pub missed: BTreeMap<String, u64>,
 }
 
-/// A side lane (`driver`, `clock`, `forge`): faults that take no replica
-/// away, injected beside the cluster lane's. See the module docs.
+/// A side lane (`driver`, `clock`, `forge`, `postgres`): faults that take
+/// no replica away, injected beside the cluster lane's. See the module
+/// docs.
 struct Lane {
     cluster: Arc<Cluster>,
     host: Arc<SharedHost>,
@@ -842,6 +885,7 @@ struct Lane {
     rng: StdRng,
     counts: BTreeMap<String, u64>,
     missed: BTreeMap<String, u64>,
+    postgres: Option<Arc<TestPostgres>>,
 }
 
 /// A skew far past the receipt retention (at least a day): hours, (low, high).
@@ -875,10 +919,13 @@ impl Lane {
             // waits for its timeout), and a slower workload lasts longer
             // under faults scheduled in time: the driver lane stays quiet
             // more than half of the time. A few forged messages make the
-            // point; more would only swell the count.
+            // point; more would only swell the count. Between two
+            // PostgreSQL outages the projector gets time to catch up (its
+            // retry backoff grows while the server is down).
             let quiet = match kind {
                 NemesisKind::Driver => self.ms(600, 1_800),
                 NemesisKind::Forge => self.ms(1_500, 4_000),
+                NemesisKind::Postgres => self.ms(POSTGRES_QUIET_MS.0, POSTGRES_QUIET_MS.1),
                 _ => self.ms(300, 1_000),
             };
             tokio::select! {
@@ -894,6 +941,7 @@ impl Lane {
                 NemesisKind::Driver => self.driver().await,
                 NemesisKind::Clock => self.clock().await,
                 NemesisKind::Forge => self.forge().await,
+                NemesisKind::Postgres => self.postgres().await,
                 _ => break,
             }
         }
@@ -1040,6 +1088,43 @@ impl Lane {
         }
     }
 
+    /// Stops the projection's PostgreSQL server (fast or immediate, at
+    /// random), holds it down, and starts it again at the same data
+    /// directory and port (see [`crate::projection::stop`] and
+    /// [`crate::projection::restart`]).
+    async fn postgres(&mut self) {
+        let Some(postgres) = self.postgres.clone() else {
+            self.miss(
+                "postgres".into(),
+                "no PostgreSQL server in this campaign (run with --postgres)".into(),
+            );
+            return;
+        };
+        let shutdown = if self.rng.random_bool(0.5) {
+            Shutdown::Fast
+        } else {
+            Shutdown::Immediate
+        };
+        let down = self.ms(POSTGRES_DOWN_MS.0, POSTGRES_DOWN_MS.1);
+        let kind = format!("postgres:stop-{}", shutdown.mode());
+        match crate::projection::stop(&postgres, shutdown).await {
+            Ok(()) => {
+                let fault = self.count(
+                    kind,
+                    format!(
+                        "PostgreSQL stopped (pg_ctl stop -m {}), down for {} ms",
+                        shutdown.mode(),
+                        down.as_millis()
+                    ),
+                );
+                tokio::time::sleep(down).await;
+                crate::projection::restart(&postgres, &self.history).await;
+                self.history.fault_ended(fault);
+            }
+            Err(reason) => self.miss(kind, reason),
+        }
+    }
+
     fn other_member(&mut self, leader: NodeId) -> Option<NodeId> {
         let others: Vec<NodeId> = self
             .cluster
@@ -1050,6 +1135,14 @@ impl Lane {
         others.choose(&mut self.rng).copied()
     }
 }
+
+/// Mixed into the `postgres` lane's seed (see [`Nemesis::run`]).
+const POSTGRES_LANE_SALT: u64 = 0x7067_6374_6c00_0000;
+
+/// How long the `postgres` lane stays quiet between two outages, ms (low, high).
+pub const POSTGRES_QUIET_MS: (u64, u64) = (600, 2_000);
+/// How long the `postgres` nemesis holds PostgreSQL down, ms (low, high).
+pub const POSTGRES_DOWN_MS: (u64, u64) = (300, 1_500);
 
 /// How long a forged message may take.
 pub const FORGE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -394,7 +394,8 @@ async fn nemesis(
                 | NemesisKind::Clock
                 | NemesisKind::Forge
                 | NemesisKind::Membership
-                | NemesisKind::Storage,
+                | NemesisKind::Storage
+                | NemesisKind::Postgres,
             )
             | None => {}
         }

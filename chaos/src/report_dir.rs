@@ -95,6 +95,7 @@ fn colour_of_kind(kind: &str) -> &'static str {
         "driver" => "#16a085",
         "clock" => "#b7950b",
         "forge" => "#34495e",
+        "postgres" => "#336791",
         _ => "#7f8c8d",
     }
 }

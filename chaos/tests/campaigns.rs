@@ -1,7 +1,9 @@
 //! The CI campaign: the default in-process campaign (400 operations, five
 //! clients on six names, three replicas, every nemesis) for a few seeds,
 //! which must find no anomaly — one of them with the PostgreSQL projection
-//! running on every replica and compared with the state at the end. Longer
+//! running on every replica, its server stopped and restarted by the
+//! `postgres` nemesis among all the others (`--postgres`, `all`), and
+//! compared with the state at the end. Longer
 //! campaigns are a command, not a test: `palisade-chaos run --seeds 100
 //! --ops 1000` (see the README, "Chaos campaigns").
 
@@ -79,6 +81,8 @@ async fn default_campaign_is_clean(seed: u64) {
 async fn the_projection_equals_the_state_after_the_default_campaign() {
     let config = CampaignConfig {
         postgres: true,
+        // `--nemesis all` with `--postgres`: the `postgres` nemesis too.
+        nemeses: NemesisKind::all(true),
         ..CampaignConfig::new(PROJECTION_SEED)
     };
     let report = run_campaign(&config).await.unwrap_or_else(|error| {
@@ -91,6 +95,14 @@ async fn the_projection_equals_the_state_after_the_default_campaign() {
     assert!(
         report.is_clean(),
         "anomalies with the projection:\n{report}"
+    );
+    assert!(
+        report.faults_by_kind.get("postgres").copied().unwrap_or(0) >= 1,
+        "PostgreSQL was never stopped:\n{report}"
+    );
+    assert!(
+        !report.is_vacuous(),
+        "a requested nemesis never fired:\n{report}"
     );
 }
 

@@ -1,6 +1,9 @@
 //! `palisade chaos run` fails a vacuous campaign: a requested nemesis that
 //! never fired (a partition of a single replica has no link to cut) makes
 //! it exit 3 and name the nemesis, although no anomaly was found (issue 15).
+//! A nemesis that cannot fire at all in the campaign asked for — `postgres`
+//! without `--postgres` — is refused before anything runs (exit 2), with
+//! the fix.
 
 use std::process::Command;
 
@@ -37,4 +40,45 @@ fn a_campaign_whose_nemesis_cannot_fire_exits_non_zero_and_names_it() {
         "stderr names it too\nstderr:\n{stderr}"
     );
     assert!(stdout.contains("anomalies: none"), "{stdout}");
+}
+
+#[test]
+fn the_postgres_nemesis_without_postgres_is_refused_with_the_fix() {
+    let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args([
+            "chaos",
+            "run",
+            "--seed",
+            "5",
+            "--ops",
+            "10",
+            "--nemesis",
+            "kill,postgres",
+        ])
+        .output()
+        .expect("palisade runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "refused before the campaign\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("the nemesis postgres") && stderr.contains("add --postgres"),
+        "the error names the nemesis and the fix\nstderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("palisade chaos: seed"),
+        "no campaign started\nstderr:\n{stderr}"
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["chaos", "run", "--help"])
+        .output()
+        .expect("palisade runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("postgres (needs --postgres"),
+        "--help lists the nemesis\n{help}"
+    );
 }

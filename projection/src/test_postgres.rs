@@ -7,7 +7,10 @@
 //! PostgreSQL refuses to run as root: as root, the binaries run as the
 //! `postgres` user (`runuser -u postgres --`) in a directory it owns.
 //! `scripts/ensure-postgres` installs the `postgresql` package when the
-//! binaries are missing.
+//! binaries are missing. [`TestPostgres::stop_with`] (fast, or immediate
+//! like a crash) and [`TestPostgres::restart`] (same data directory, same
+//! port) are for fault tests: the projection's own, and the chaos
+//! harness's `postgres` nemesis.
 //!
 //! With `DATABASE_URL` set, no server is started: each `TestPostgres`
 //! creates a fresh database on that server and drops it on drop.
@@ -60,6 +63,27 @@ pub enum Durability {
     Fast,
     /// The server's defaults (every commit is flushed): for benchmarks.
     Durable,
+}
+
+/// How [`TestPostgres::stop_with`] shuts the server down (`pg_ctl stop -m`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// `-m fast`: open connections are cut, their transactions roll back,
+    /// and the server writes a checkpoint before it exits.
+    Fast,
+    /// `-m immediate`: every server process quits at once, without a
+    /// checkpoint, like a crash; the next start recovers from the WAL.
+    Immediate,
+}
+
+impl Shutdown {
+    /// The `pg_ctl stop -m` value.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Shutdown::Fast => "fast",
+            Shutdown::Immediate => "immediate",
+        }
+    }
 }
 
 enum Server {
@@ -310,6 +334,12 @@ impl TestPostgres {
     /// Stops the server at once, like a crash (`pg_ctl stop -m
     /// immediate`). Blocking.
     pub fn stop(&self) -> Result<(), TestPostgresError> {
+        self.stop_with(Shutdown::Immediate)
+    }
+
+    /// Stops the server the way `shutdown` says, and waits until it is
+    /// down. Blocking; nothing to stop with `DATABASE_URL`.
+    pub fn stop_with(&self, shutdown: Shutdown) -> Result<(), TestPostgresError> {
         let Some(directory) = self.directory() else {
             return Ok(());
         };
@@ -318,9 +348,22 @@ impl TestPostgres {
             command
                 .arg("-D")
                 .arg(&data)
-                .args(["-m", "immediate", "-w", "stop"]);
+                .args(["-m", shutdown.mode(), "-w", "stop"]);
         })?;
         Ok(())
+    }
+
+    /// True while the server runs (`pg_ctl status`); always true with
+    /// `DATABASE_URL` (that server is not ours to watch). Blocking.
+    pub fn is_running(&self) -> bool {
+        let Some(directory) = self.directory() else {
+            return true;
+        };
+        let data = directory.join("data");
+        self.command("pg_ctl", |command| {
+            command.arg("-D").arg(&data).arg("status");
+        })
+        .is_ok()
     }
 
     /// Starts a stopped server again, on the same port. Blocking.
