@@ -7,27 +7,34 @@
 
 use std::process::Command;
 
-#[test]
-fn a_campaign_whose_nemesis_cannot_fire_exits_non_zero_and_names_it() {
+/// Runs `palisade chaos run ARGS`: its exit code, stdout and stderr.
+fn chaos_run(args: &[&str]) -> (Option<i32>, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args([
-            "chaos",
-            "run",
-            "--seed",
-            "5",
-            "--ops",
-            "120",
-            "--replicas",
-            "1",
-            "--nemesis",
-            "partition,kill",
-        ])
+        .args(["chaos", "run"])
+        .args(args)
         .output()
         .expect("palisade runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
+    (
         output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_campaign_whose_nemesis_cannot_fire_exits_non_zero_and_names_it() {
+    let (status, stdout, stderr) = chaos_run(&[
+        "--seed",
+        "5",
+        "--ops",
+        "120",
+        "--replicas",
+        "1",
+        "--nemesis",
+        "partition,kill",
+    ]);
+    assert_eq!(
+        status,
         Some(3),
         "a vacuous campaign exits 3\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
@@ -44,23 +51,10 @@ fn a_campaign_whose_nemesis_cannot_fire_exits_non_zero_and_names_it() {
 
 #[test]
 fn the_postgres_nemesis_without_postgres_is_refused_with_the_fix() {
-    let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args([
-            "chaos",
-            "run",
-            "--seed",
-            "5",
-            "--ops",
-            "10",
-            "--nemesis",
-            "kill,postgres",
-        ])
-        .output()
-        .expect("palisade runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (status, stdout, stderr) =
+        chaos_run(&["--seed", "5", "--ops", "10", "--nemesis", "kill,postgres"]);
     assert_eq!(
-        output.status.code(),
+        status,
         Some(2),
         "refused before the campaign\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
