@@ -1,5 +1,8 @@
 //! The listing budget of the orphan reconciler's round against the process driver.
 //!
+//! A `remove` is on the path of every delete: it reads the sandbox directory
+//! once to decide (fence, tombstone, generations) and once to delete.
+//!
 //! Every round (every 10 s on the leader) calls `list` and `collect_tombstones`.
 //! Removed sandboxes keep their directory (fence and tombstone) for the tombstone
 //! retention, 7 days by default, so a round's cost grows with every sandbox removed
@@ -19,6 +22,8 @@ use palisade_driver::{ComputeDriver, ExecutionStatus, Fence, LaunchSpec};
 const CLUSTER: &str = "0f2c7d2e-8d64-4f0e-9a53-3c1f7d2a9b10";
 const SANDBOXES: usize = 6;
 const REMOVED: usize = 4;
+/// Listings of one `remove` of a sandbox whose executions are all gone.
+const REMOVE_LISTINGS: u64 = 2;
 
 fn fence(sandbox_id: &str, operation_index: u64) -> Fence {
     Fence {
@@ -69,8 +74,15 @@ async fn a_reconciler_round_lists_each_sandbox_directory_once() {
         let launched = driver.launch(&spec, &fence(id, 10)).await;
         assert!(launched.is_err(), "no shim program, yet {launched:?}");
     }
+    // `remove` of a sandbox none of whose executions runs: one listing for the
+    // fence, the tombstone and the generations, one for the deletion.
     for id in &ids[..REMOVED] {
-        driver.remove(id, &fence(id, 20)).await.expect("remove");
+        let (removed, listings) = listings_of(driver.remove(id, &fence(id, 20))).await;
+        removed.expect("remove");
+        assert_eq!(
+            listings, REMOVE_LISTINGS,
+            "sandbox directory listings of one `remove`"
+        );
     }
 
     // `list`: one listing per sandbox directory, tombstoned ones included.

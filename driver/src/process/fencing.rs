@@ -453,6 +453,34 @@ pub(crate) fn admit_fence(
 ) -> Result<AdmittedFence, DriverError> {
     let records = read_fencing(sandbox_dir)
         .map_err(|error| io_uncertain("reading the fence of", sandbox_dir, error))?;
+    admit_fence_over(sandbox_dir, records, fence)
+}
+
+/// The first step of `remove`, under the lock, from **one** listing of the
+/// sandbox directory: [`admit_fence`], then [`write_tombstone`]. Returns the
+/// admitted fence (fsync the directory, then [`AdmittedFence::made_durable`]) and
+/// the generations the listing found, ascending.
+pub(crate) fn admit_removal(
+    _lock: &SandboxLock,
+    sandbox_dir: &Path,
+    fence: &Fence,
+) -> Result<(AdmittedFence, Vec<u64>), DriverError> {
+    let records = read_sandbox_records(sandbox_dir)
+        .map_err(|error| io_uncertain("reading the fence of", sandbox_dir, error))?;
+    let tombstoned = records.fencing.tombstone.is_some();
+    let admitted = admit_fence_over(sandbox_dir, records.fencing, fence)?;
+    if !tombstoned {
+        create_tombstone(sandbox_dir, fence)?;
+    }
+    Ok((admitted, records.generations))
+}
+
+/// [`admit_fence`] against records already read under the lock.
+fn admit_fence_over(
+    sandbox_dir: &Path,
+    records: FencingRecords,
+    fence: &Fence,
+) -> Result<AdmittedFence, DriverError> {
     if let Some(seen) = &records.highest
         && !fence.admits_after(seen)
     {
@@ -495,8 +523,13 @@ pub(crate) fn write_tombstone(
     if read_tombstone(sandbox_dir).map_err(uncertain)?.is_some() {
         return Ok(()); // the first remove's tombstone is kept
     }
+    create_tombstone(sandbox_dir, fence)
+}
+
+fn create_tombstone(sandbox_dir: &Path, fence: &Fence) -> Result<(), DriverError> {
     let name = tombstone_name(fence, unix_ms(SystemTime::now()));
-    create_name(&sandbox_dir.join(name)).map_err(uncertain)
+    create_name(&sandbox_dir.join(name))
+        .map_err(|error| io_uncertain("writing the tombstone of", sandbox_dir, error))
 }
 
 /// Milliseconds since the Unix epoch (0 for a clock before it).
