@@ -102,7 +102,8 @@ pub struct RunArgs {
     pub timeline: bool,
     /// Run the PostgreSQL projection on every replica (a throwaway server,
     /// started with initdb/pg_ctl) and check it equals the state at the end
-    /// (in-process mode); enables the postgres nemesis (in `all` too).
+    /// (in-process mode only: `--sim` and `--mode process` refuse it);
+    /// enables the postgres nemesis (in `all` too).
     #[arg(long)]
     pub postgres: bool,
     /// TEST-ONLY: turn on a planted bug (needs a build with the
@@ -234,6 +235,14 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
     }
     if args.sim && args.postgres {
         eprintln!("error: --sim runs without PostgreSQL; drop --postgres");
+        return 2;
+    }
+    if args.mode == ModeArg::Process && args.postgres {
+        // Only in-process replicas run the projection the check compares;
+        // running on without it would report a check that never happened.
+        eprintln!(
+            "error: --mode process runs without PostgreSQL (the projection check is in-process only); drop --postgres"
+        );
         return 2;
     }
     let mode = match args.mode {

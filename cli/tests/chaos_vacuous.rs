@@ -3,7 +3,7 @@
 //! it exit 3 and name the nemesis, although no anomaly was found (issue 15).
 //! A nemesis that cannot fire at all in the campaign asked for — `postgres`
 //! without `--postgres` — is refused before anything runs (exit 2), with
-//! the fix.
+//! the fix; so is `--postgres` where no PostgreSQL runs (`--mode process`).
 
 use std::process::Command;
 
@@ -74,5 +74,32 @@ fn the_postgres_nemesis_without_postgres_is_refused_with_the_fix() {
     assert!(
         help.contains("postgres (needs --postgres"),
         "--help lists the nemesis\n{help}"
+    );
+}
+
+#[test]
+fn postgres_in_process_mode_is_refused_not_ignored() {
+    let (status, stdout, stderr) = chaos_run(&[
+        "--mode",
+        "process",
+        "--postgres",
+        "--seed",
+        "5",
+        "--ops",
+        "10",
+    ]);
+    assert_eq!(
+        status,
+        Some(2),
+        "refused before the campaign\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("--mode process runs without PostgreSQL")
+            && stderr.contains("drop --postgres"),
+        "the error says why and the fix\nstderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("palisade chaos: seed"),
+        "no campaign started\nstderr:\n{stderr}"
     );
 }
