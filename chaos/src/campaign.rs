@@ -676,7 +676,7 @@ async fn settle(cluster: &Cluster) {
 async fn converge(cluster: &Cluster) -> (Result<Vec<ReplicaState>, String>, Option<u64>) {
     let deadline = Instant::now() + CONVERGE_WAIT_MAX;
     loop {
-        let views = cluster.views();
+        let views = cluster.views().await;
         let commit = cluster
             .leader()
             .and_then(|leader| cluster.raft(leader))

@@ -727,17 +727,18 @@ impl Cluster {
     }
 
     /// What every running replica reports.
-    pub fn views(&self) -> Vec<ReplicaView> {
-        self.node_ids()
-            .into_iter()
-            .filter_map(|node_id| {
-                let node = self.node(node_id)?;
-                Some(ReplicaView {
+    pub async fn views(&self) -> Vec<ReplicaView> {
+        let mut views = Vec::new();
+        for node_id in self.node_ids() {
+            if let Some(node) = self.node(node_id) {
+                views.push(ReplicaView {
                     node_id,
-                    info: palisade_gateway::admin::cluster_info(&node.replica, &node.executor),
-                })
-            })
-            .collect()
+                    info: palisade_gateway::admin::cluster_info(&node.replica, &node.executor)
+                        .await,
+                });
+            }
+        }
+        views
     }
 
     /// Crashes every replica (the temporary directory goes when the

@@ -76,8 +76,8 @@ impl AdminService {
         Self { replica, executor }
     }
 
-    fn info(&self) -> v1::ClusterInfo {
-        cluster_info(&self.replica, &self.executor)
+    async fn info(&self) -> v1::ClusterInfo {
+        cluster_info(&self.replica, &self.executor).await
     }
 
     /// The leader's admin client when this replica does not lead.
@@ -145,7 +145,7 @@ fn api_token_to_proto(token: &palisade_lifecycle::ApiToken) -> v1::ApiToken {
 }
 
 /// This replica's view of the cluster.
-pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
+pub async fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
     let (orphans_found, orphans_reaped) = executor.orphan_counts();
     let metrics = replica.raft.metrics().borrow_watched().clone();
     let membership = metrics.membership_config.membership();
@@ -171,48 +171,39 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
-    // One digest per applied index: computing it serializes the whole state
-    // under the state's read lock (apply waits for it), so callers polling
-    // an idle or slowly moving cluster share it. The cache lock is held
-    // while computing, so concurrent callers at a new index compute once.
-    // A miss encodes through `with_encoded`, which also measures the state's
-    // exact size (`state_bytes`).
-    let mut cached = replica
-        .state_digest
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let cluster_id_of = |applied: &palisade_raft::state_machine::AppliedState| {
+    // Computing a digest serializes the whole state under the state's read
+    // lock (apply waits for it): at most once per applied index and within
+    // a CPU budget (see `crate::digest_cache`). A computation encodes
+    // through `with_encoded`, which also measures the state's exact size
+    // (`state_bytes`).
+    // On the blocking pool: it can take a while, and it must not hold up
+    // the runtime's few threads (Raft heartbeats run there).
+    let (digests, state) = (replica.state_digest.clone(), replica.state.clone());
+    let digest = palisade_raft::runtime::blocking(move || {
+        digests.get(state.applied_index(), || {
+            state.with_encoded(|applied, encoded| {
+                (
+                    applied.last_applied.map_or(0, |id| id.index),
+                    hex::encode(sha2::Sha256::digest(encoded)),
+                )
+            })
+        })
+    })
+    .await;
+    let (state_applied_index, state_digest) = digest.unwrap_or_else(|error| {
+        // Only a panic inside the encoding (a poisoned state, which stops
+        // this replica) gets here.
+        tracing::error!(%error, "computing the state digest failed");
+        (0, String::new())
+    });
+    let cluster_id = replica.state.read(|applied| {
         applied
             .state
             .cluster
             .as_ref()
             .map(|cluster| cluster.cluster_id.clone())
             .unwrap_or_default()
-    };
-    let hit = replica.state.read(|applied| {
-        let index = applied.last_applied.map_or(0, |id| id.index);
-        match &*cached {
-            Some((at, digest)) if *at == index => {
-                Some((index, digest.clone(), cluster_id_of(applied)))
-            }
-            _ => None,
-        }
     });
-    let (state_applied_index, state_digest, cluster_id) = match hit {
-        Some(hit) => hit,
-        None => {
-            let computed = replica.state.with_encoded(|applied, encoded| {
-                (
-                    applied.last_applied.map_or(0, |id| id.index),
-                    hex::encode(sha2::Sha256::digest(encoded)),
-                    cluster_id_of(applied),
-                )
-            });
-            *cached = Some((computed.0, computed.1.clone()));
-            computed
-        }
-    };
-    drop(cached);
     let projection = replica.projection.as_ref().map(|projection| {
         let status = projection.status();
         v1::ProjectionStatus {
@@ -242,7 +233,7 @@ pub fn cluster_info(replica: &Replica, executor: &Executor) -> v1::ClusterInfo {
         leader_id: metrics.current_leader,
         term: metrics.current_term,
         commit_index: metrics.local_committed.map_or(0, |id| id.index),
-        // The state machine's own index, consistent with the digest.
+        // The index the digest was taken at (see `crate::digest_cache`).
         applied_index: state_applied_index,
         server_state: format!("{:?}", metrics.state),
         members,
@@ -306,7 +297,7 @@ impl ClusterAdmin for AdminService {
         &self,
         _request: Request<v1::GetClusterInfoRequest>,
     ) -> Result<Response<v1::ClusterInfo>, Status> {
-        Ok(Response::new(self.info()))
+        Ok(Response::new(self.info().await))
     }
 
     async fn add_learner(
@@ -338,7 +329,7 @@ impl ClusterAdmin for AdminService {
             "adding the learner",
         )
         .await?;
-        Ok(Response::new(self.info()))
+        Ok(Response::new(self.info().await))
     }
 
     async fn promote_learner(
@@ -391,7 +382,7 @@ impl ClusterAdmin for AdminService {
             "promoting the learner",
         )
         .await?;
-        Ok(Response::new(self.info()))
+        Ok(Response::new(self.info().await))
     }
 
     async fn remove_member(
@@ -438,7 +429,7 @@ impl ClusterAdmin for AdminService {
             "removing the member",
         )
         .await?;
-        Ok(Response::new(self.info()))
+        Ok(Response::new(self.info().await))
     }
 
     async fn transfer_leader(
@@ -452,7 +443,7 @@ impl ClusterAdmin for AdminService {
         }
         let target = request.node_id;
         if target == self.replica.node_id {
-            return Ok(Response::new(self.info()));
+            return Ok(Response::new(self.info().await));
         }
         let is_voter = {
             let metrics = self.replica.raft.metrics();
@@ -496,7 +487,7 @@ impl ClusterAdmin for AdminService {
                 ),
             ));
         }
-        Ok(Response::new(self.info()))
+        Ok(Response::new(self.info().await))
     }
 
     async fn reconcile_orphans(

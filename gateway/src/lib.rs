@@ -93,6 +93,7 @@ pub mod admin;
 pub mod auth;
 pub mod clock;
 pub mod convert;
+pub mod digest_cache;
 pub mod edge;
 pub mod errors;
 pub mod executor;

@@ -91,11 +91,10 @@ pub struct Replica {
     pub driver_runs_containers: bool,
     /// PostgreSQL read projection (`--postgres-url`); `None`: no projection.
     pub projection: Option<palisade_projection::Projection>,
-    /// The applied state's digest, computed once per applied index
-    /// (`GetClusterInfo`): (applied index, hex SHA-256). Serializing and
-    /// hashing the whole state holds the state's read lock, which apply
-    /// waits for; a `std` mutex, never held across an await.
-    pub state_digest: Arc<std::sync::Mutex<Option<(u64, String)>>>,
+    /// The applied state's digest for `GetClusterInfo`, computed at most
+    /// once per applied index and within a CPU budget
+    /// ([`crate::digest_cache`]).
+    pub state_digest: Arc<crate::digest_cache::DigestCache>,
     /// This replica's wall clock (proposer times in commands; see
     /// [`crate::clock`]).
     pub clock: Arc<dyn crate::clock::WallClock>,

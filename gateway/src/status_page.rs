@@ -102,7 +102,7 @@ fn format_time(ms: i64) -> String {
 
 /// Renders the page.
 pub async fn render(replica: &Replica, executor: &Executor, history: &LeaderHistory) -> String {
-    let own = cluster_info(replica, executor);
+    let own = cluster_info(replica, executor).await;
     let tls = replica.peers.tls().cloned();
     let mut asked = Vec::new();
     for member in &own.members {
