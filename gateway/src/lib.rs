@@ -108,5 +108,6 @@ pub mod reconcile;
 pub mod replica;
 pub mod restore;
 pub mod service;
+pub mod snapshot_cadence;
 pub mod status_page;
 pub mod token;

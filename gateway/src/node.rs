@@ -102,7 +102,9 @@ impl Default for RaftTiming {
 /// use them to exercise both paths); the defaults suit production.
 #[derive(Debug, Clone)]
 pub struct RaftLogPolicy {
-    /// A snapshot is built once this many entries were applied since the last one.
+    /// A snapshot is built once this many entries were applied since the
+    /// last one, or more for a large state (one entry per KiB of state: see
+    /// [`crate::snapshot_cadence`]).
     pub snapshot_interval_entries: u64,
     /// Entries already in a snapshot that are kept in the log (the rest is purged).
     pub log_kept_after_snapshot_entries: u64,
@@ -326,9 +328,9 @@ pub fn raft_config(
         election_timeout_min: timing.election_timeout_min_ms,
         election_timeout_max: timing.election_timeout_max_ms,
         enable_pre_vote: Some(true),
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
-            log_policy.snapshot_interval_entries,
-        ),
+        // Snapshots are triggered by `crate::snapshot_cadence`, at least
+        // `snapshot_interval_entries` apart and further for a large state.
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: log_policy.log_kept_after_snapshot_entries,
         ..Default::default()
     };
@@ -606,6 +608,11 @@ async fn serve_replica(
         state.clone(),
         peers.clone(),
     ));
+    let snapshot_cadence = tokio::spawn(crate::snapshot_cadence::run(
+        raft.clone(),
+        state.clone(),
+        config.log_policy.snapshot_interval_entries,
+    ));
 
     let service_driver = driver.clone();
     let (driver_name, driver_runs_containers) = (driver.name(), driver.runs_containers());
@@ -861,6 +868,7 @@ async fn serve_replica(
             set_not_serving(&health_reporter).await;
             members_heard_recorder.abort();
             feature_level_raiser.abort();
+            snapshot_cadence.abort();
             executor.step_down();
             if let Some(projection) = projection {
                 projection.stop().await;
@@ -882,6 +890,7 @@ async fn serve_replica(
         result = &mut server => {
             members_heard_recorder.abort();
             feature_level_raiser.abort();
+            snapshot_cadence.abort();
             raft_watcher.abort();
             executor.step_down();
             if let Some(projection) = projection {
@@ -918,6 +927,7 @@ async fn serve_replica(
     }
     members_heard_recorder.abort();
     feature_level_raiser.abort();
+    snapshot_cadence.abort();
     raft_watcher.abort();
     executor.step_down();
     if let Some(projection) = projection {

@@ -495,12 +495,9 @@ pub struct LifecycleSnapshotBuilder {
 impl LifecycleSnapshotBuilder {
     /// The state to snapshot: a copy taken under the read lock, with the
     /// growth counted up to it.
+    #[cfg(test)]
     fn copy(&self) -> io::Result<(AppliedState, u64)> {
-        let guard = self.shared.applied.read().map_err(poisoned_io)?;
-        Ok((
-            guard.clone(),
-            self.shared.bytes.grown.load(Ordering::Relaxed),
-        ))
+        copy_of(&self.shared)
     }
 
     /// Serializes `copy` and saves it, unless a newer snapshot was put in
@@ -545,11 +542,23 @@ impl LifecycleSnapshotBuilder {
     }
 }
 
+/// The state to snapshot: a copy taken under the read lock, with the
+/// growth counted up to it.
+fn copy_of(shared: &Shared) -> io::Result<(AppliedState, u64)> {
+    let guard = shared.applied.read().map_err(poisoned_io)?;
+    Ok((guard.clone(), shared.bytes.grown.load(Ordering::Relaxed)))
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
-        let copy = self.copy()?;
+        // Copying a large state takes a while: on the blocking pool, not on
+        // one of the runtime's few threads (Raft heartbeats run there).
+        let shared = self.shared.clone();
+        let copy = crate::runtime::blocking(move || copy_of(&shared))
+            .await
+            .map_err(io::Error::other)??;
         if let Some((node_id, fault_points)) = &self.fault_points {
             let last_index = copy.0.last_applied.as_ref().map_or(0, |id| id.index);
             fault_points
