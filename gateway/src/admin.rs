@@ -171,13 +171,12 @@ pub async fn cluster_info(replica: &Replica, executor: &Executor) -> v1::Cluster
         .current_leader
         .and_then(|leader| membership.get_node(&leader).map(|node| node.addr.clone()))
         .unwrap_or_default();
-    // Computing a digest serializes the whole state under the state's read
-    // lock (apply waits for it): at most once per applied index and within
-    // a CPU budget (see `crate::digest_cache`). A computation encodes
-    // through `with_encoded`, which also measures the state's exact size
-    // (`state_bytes`).
-    // On the blocking pool: it can take a while, and it must not hold up
-    // the runtime's few threads (Raft heartbeats run there).
+    // A digest serializes the whole state under the state's read lock
+    // (apply waits for it): at most once per applied index, within a CPU
+    // budget (`crate::digest_cache`), and on the blocking pool, so it never
+    // holds up the runtime's few threads (Raft heartbeats run there). It
+    // encodes through `with_encoded`, which also measures the state's exact
+    // size (`state_bytes`).
     let (digests, state) = (replica.state_digest.clone(), replica.state.clone());
     let digest = palisade_raft::runtime::blocking(move || {
         digests.get(state.applied_index(), || {
