@@ -340,8 +340,12 @@ pub fn raft_config(
 }
 
 /// The directory inside a replica's data directory that holds its current
-/// snapshot.
+/// snapshot, and the table of its state's request receipts
+/// (`palisade_raft::receipt_store`).
 pub const SNAPSHOT_DIR: &str = "snapshots";
+/// Where the projector's shadow state keeps its request receipts (tables
+/// rebuilt whenever the projector starts; see `palisade_projection`).
+pub const PROJECTION_RECEIPTS_DIR: &str = "projection-receipts";
 
 /// A node id marker, so a data directory is never reused under another id.
 pub(crate) fn claim_data_dir(data_dir: &std::path::Path, node_id: NodeId) -> Result<(), NodeError> {
@@ -658,6 +662,7 @@ async fn serve_replica(
             node_id,
             url,
             config.projection_events_kept_entries,
+            &config.data_dir.join(PROJECTION_RECEIPTS_DIR),
             &raft,
             state.clone(),
             log_reader,

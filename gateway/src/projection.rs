@@ -52,10 +52,13 @@ pub struct RunningProjection {
 /// Starts this replica's projector. `log` must come from the replica's
 /// `LogStore` (`log_store.reader()`, taken before the store goes to Raft).
 /// Connects lazily: a PostgreSQL that is down does not stop the replica.
+/// The projector's shadow state keeps its receipts in tables in
+/// `receipts_dir` (see `ProjectionConfig::receipts_dir`).
 pub fn start(
     node_id: NodeId,
     database_url: &str,
     events_kept_entries: u64,
+    receipts_dir: &std::path::Path,
     raft: &Raft,
     state: StateHandle,
     log: LogReader<TypeConfig>,
@@ -77,6 +80,7 @@ pub fn start(
     let (projection, task) = palisade_projection::spawn(
         ProjectionConfig {
             events_kept_entries,
+            receipts_dir: Some(receipts_dir.to_path_buf()),
             ..ProjectionConfig::new(database_url, node_id)
         },
         RaftReplica::new(state, log),

@@ -84,8 +84,8 @@ pub use command::{
     Attribution, Command, CompletionOf, ExecutionRef, LaunchResult, RequestMeta, SandboxTarget,
 };
 pub use state::{
-    ApiToken, CarriedTokenKey, ClusterIdentity, DEFAULT_WORKSPACE, Execution, Operation,
-    OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, Receipts, RestartPolicy,
-    RetiredTokenKey, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec, SshSession, State,
-    Workspace, WorkspacePhase,
+    ApiToken, CarriedTokenKey, ClusterIdentity, DEFAULT_WORKSPACE, Execution, MemoryReceipts,
+    Operation, OperationKind, Quotas, Receipt, ReceiptResult, ReceiptRpc, ReceiptStore, Receipts,
+    RestartPolicy, RetiredTokenKey, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec, SshSession,
+    State, StoredReceipt, Workspace, WorkspacePhase,
 };

@@ -12,20 +12,30 @@
 //! the first answer — and the rest of the sandbox as it is when the answer
 //! is read (spec and labels; none if it was deleted since).
 //!
-//! [`Receipts`] keeps two derived indexes next to the receipts themselves:
-//! settled receipts ordered by settlement time, so a tick expires them in
-//! O(expired · log n) instead of scanning every receipt, and the count of
-//! receipts per workspace, for the per-workspace receipt quota
-//! ([`Quotas`](crate::Quotas)). Only the receipts are serialized (the
-//! same JSON map as before these indexes existed); the indexes are rebuilt
-//! when a state is decoded, so older snapshots load unchanged.
+//! # Key decision: receipts live in a store, not in the state's memory
 //!
-//! Receipts stay in the pure replicated state: apply decides "replay",
-//! "reused id" and quotas from them, so they must be the same on every
-//! replica at every index, and they travel with the state in snapshots.
+//! Receipts are kept for 24 hours at any sustained write rate: millions of
+//! them. [`Receipts`] holds only their count and the count per workspace
+//! (for the per-workspace receipt quota, [`Quotas`](crate::Quotas)); the
+//! receipts themselves and their settlement order live in a
+//! [`ReceiptStore`]. [`MemoryReceipts`] keeps them in memory (tests, tools,
+//! a state decoded from JSON); a replica moves them into an on-disk store
+//! (`palisade_raft::receipt_store`), so its memory does not grow with
+//! them, and a snapshot copies the stored bytes instead of re-encoding
+//! each receipt. Expiry walks the settlement order from its oldest end:
+//! O(expired), never a scan.
+//!
+//! Receipts stay part of the pure replicated state: apply decides
+//! "replay", "reused id" and quotas from them, so they must be the same on
+//! every replica at every index, and they travel with the state in
+//! snapshots (serialized as the same JSON map of receipts by request id as
+//! before stores existed, so older snapshots load unchanged). Apply sees a
+//! store only through [`ReceiptStore`]: no IO in `lifecycle`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 
+use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::state::{OperationKind, Sandbox, SandboxPhase};
@@ -208,63 +218,252 @@ impl Receipt {
     }
 }
 
-/// Every receipt by request id, with the indexes apply needs to expire them
-/// in O(expired) and to count them per workspace. Serialized as the plain
-/// map of receipts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Receipts {
+/// A receipt as a store hands it out while it is visited: decoded, or as
+/// the JSON it is stored as (written by `serde_json` from a [`Receipt`], so
+/// it is exactly what encoding the decoded receipt would give).
+#[derive(Debug, Clone, Copy)]
+pub enum StoredReceipt<'a> {
+    /// Kept decoded (in memory).
+    Decoded(&'a Receipt),
+    /// Kept as its JSON encoding (on disk).
+    Json(&'a str),
+}
+
+impl StoredReceipt<'_> {
+    /// The receipt, decoded. Panics if stored JSON does not decode: a
+    /// store only holds what [`Receipt`] encoded to.
+    pub fn decode(self) -> Receipt {
+        match self {
+            StoredReceipt::Decoded(receipt) => receipt.clone(),
+            StoredReceipt::Json(json) => serde_json::from_str(json)
+                .unwrap_or_else(|error| panic!("a stored receipt does not decode: {error}")),
+        }
+    }
+}
+
+/// Where the receipts of a state live: by request id, plus the order in
+/// which settled receipts expire.
+///
+/// A store may do IO (the replica's is a file), but apply cannot handle an
+/// IO error: it has no outcome for "this replica's disk failed". A store
+/// that cannot read or write panics with the reason, which poisons the
+/// state and stops the replica (fail-stop, like a log store error); the
+/// other replicas go on. [`ReceiptStore::end_batch`] is where a store
+/// reports an error instead, outside apply.
+pub trait ReceiptStore: fmt::Debug + Send + Sync {
+    /// The receipt of `request_id`.
+    fn get(&self, request_id: &str) -> Option<Receipt>;
+
+    /// Stores `receipt` as `request_id`'s, replacing `previous` (what
+    /// [`get`](ReceiptStore::get) returned for it), and keeps the
+    /// settlement order.
+    fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>);
+
+    /// Removes `request_id`'s receipt, `previous`.
+    fn remove(&mut self, request_id: &str, previous: &Receipt);
+
+    /// At most `limit` request ids of settled receipts settled at or
+    /// before `settled_at_ms_max`, oldest first (O(returned)).
+    fn settled_up_to(&self, settled_at_ms_max: i64, limit: usize) -> Vec<String>;
+
+    /// Calls `visit` with every receipt, in request-id order, until it
+    /// answers `false`.
+    fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool);
+
+    /// A copy of the receipts as they are now, which later changes to this
+    /// store do not affect. A disk store answers a read-only view (cheap:
+    /// no receipt is copied); see [`ReceiptStore::is_read_only`].
+    fn copy(&self) -> Box<dyn ReceiptStore>;
+
+    /// Whether [`put`](ReceiptStore::put) and
+    /// [`remove`](ReceiptStore::remove) are refused (a disk store's copy):
+    /// [`Receipts`] moves such receipts into memory before it changes them.
+    fn is_read_only(&self) -> bool {
+        false
+    }
+
+    /// Called after each batch of applied entries, before the state is
+    /// read again: a store that buffers changes makes them durable or
+    /// visible to [`copy`](ReceiptStore::copy) here.
+    fn end_batch(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Panics if the store's settlement order disagrees with its receipts.
+    fn assert_invariants(&self) {}
+}
+
+/// Receipts in memory: by request id, and (settled at, request id) of
+/// every settled receipt.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryReceipts {
     by_id: BTreeMap<String, Receipt>,
-    /// (settled at, request id) of every settled receipt.
     by_settlement: BTreeSet<(i64, String)>,
+}
+
+impl ReceiptStore for MemoryReceipts {
+    fn get(&self, request_id: &str) -> Option<Receipt> {
+        self.by_id.get(request_id).cloned()
+    }
+
+    fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
+        if let Some(settled_at_ms) = previous.and_then(Receipt::settled_at_ms) {
+            self.by_settlement
+                .remove(&(settled_at_ms, request_id.to_string()));
+        }
+        if let Some(settled_at_ms) = receipt.settled_at_ms() {
+            self.by_settlement
+                .insert((settled_at_ms, request_id.to_string()));
+        }
+        self.by_id.insert(request_id.to_string(), receipt.clone());
+    }
+
+    fn remove(&mut self, request_id: &str, previous: &Receipt) {
+        if let Some(settled_at_ms) = previous.settled_at_ms() {
+            self.by_settlement
+                .remove(&(settled_at_ms, request_id.to_string()));
+        }
+        self.by_id.remove(request_id);
+    }
+
+    fn settled_up_to(&self, settled_at_ms_max: i64, limit: usize) -> Vec<String> {
+        self.by_settlement
+            .iter()
+            .take_while(|(settled_at_ms, _)| *settled_at_ms <= settled_at_ms_max)
+            .take(limit)
+            .map(|(_, request_id)| request_id.clone())
+            .collect()
+    }
+
+    fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        for (request_id, receipt) in &self.by_id {
+            if !visit(request_id, StoredReceipt::Decoded(receipt)) {
+                break;
+            }
+        }
+    }
+
+    fn copy(&self) -> Box<dyn ReceiptStore> {
+        Box::new(self.clone())
+    }
+
+    fn assert_invariants(&self) {
+        let settled: BTreeSet<(i64, String)> = self
+            .by_id
+            .iter()
+            .filter_map(|(id, receipt)| Some((receipt.settled_at_ms()?, id.clone())))
+            .collect();
+        assert_eq!(
+            settled, self.by_settlement,
+            "the settlement index must list exactly the settled receipts"
+        );
+    }
+}
+
+/// How many expired receipts one step of [`Receipts::expire`] takes from
+/// the store at a time.
+const EXPIRE_STEP: usize = 1024;
+
+/// How many receipts [`Receipts::move_into`] moves between two
+/// [`ReceiptStore::end_batch`] calls.
+const MOVE_STEP: usize = 10_000;
+
+/// Every receipt by request id (in a [`ReceiptStore`]), with their count
+/// per workspace. Serialized as the plain JSON map of receipts.
+pub struct Receipts {
+    store: Box<dyn ReceiptStore>,
+    len: usize,
     /// workspace -> receipts counted against it.
     per_workspace: BTreeMap<String, usize>,
 }
 
+impl Default for Receipts {
+    fn default() -> Self {
+        Receipts {
+            store: Box::new(MemoryReceipts::default()),
+            len: 0,
+            per_workspace: BTreeMap::new(),
+        }
+    }
+}
+
+impl Clone for Receipts {
+    /// A copy that later changes to `self` do not affect (from a disk
+    /// store, a read-only view: see [`ReceiptStore::copy`]).
+    fn clone(&self) -> Self {
+        Receipts {
+            store: self.store.copy(),
+            len: self.len,
+            per_workspace: self.per_workspace.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Receipts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receipts")
+            .field("len", &self.len)
+            .field("per_workspace", &self.per_workspace)
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+impl PartialEq for Receipts {
+    /// Same receipts (O(receipts): tests and checks only).
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.to_vec() == other.to_vec()
+    }
+}
+
+impl Eq for Receipts {}
+
 impl Receipts {
     /// The receipt of `request_id`.
-    pub fn get(&self, request_id: &str) -> Option<&Receipt> {
-        self.by_id.get(request_id)
+    pub fn get(&self, request_id: &str) -> Option<Receipt> {
+        self.store.get(request_id)
     }
 
     /// Whether `request_id` has a receipt.
     pub fn contains_key(&self, request_id: &str) -> bool {
-        self.by_id.contains_key(request_id)
+        self.store.get(request_id).is_some()
     }
 
     /// Number of receipts.
     pub fn len(&self) -> usize {
-        self.by_id.len()
+        self.len
     }
 
     /// True when there is none.
     pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
+        self.len == 0
     }
 
-    /// Receipts in request-id order.
-    pub fn iter(&self) -> std::collections::btree_map::Iter<'_, String, Receipt> {
-        self.by_id.iter()
-    }
-
-    /// The receipts, in request-id order.
-    pub fn values(&self) -> std::collections::btree_map::Values<'_, String, Receipt> {
-        self.by_id.values()
+    /// Every receipt, decoded, in request-id order (O(receipts): tests,
+    /// tools and resyncs, never apply).
+    pub fn to_vec(&self) -> Vec<(String, Receipt)> {
+        let mut all = Vec::with_capacity(self.len);
+        self.store.visit(&mut |request_id, stored| {
+            all.push((request_id.to_string(), stored.decode()));
+            true
+        });
+        all
     }
 
     /// The settled receipts settled at or before `settled_at_ms_max`,
     /// oldest first: the next to expire. Costs O(returned).
-    pub fn settled_up_to(
-        &self,
-        settled_at_ms_max: i64,
-    ) -> impl Iterator<Item = (&String, &Receipt)> + '_ {
-        self.by_settlement
-            .iter()
-            .take_while(move |(settled_at_ms, _)| *settled_at_ms <= settled_at_ms_max)
-            .map(|(_, request_id)| {
-                self.by_id
-                    .get_key_value(request_id)
-                    .expect("the settlement index names existing receipts only")
+    pub fn settled_up_to(&self, settled_at_ms_max: i64) -> Vec<(String, Receipt)> {
+        self.store
+            .settled_up_to(settled_at_ms_max, usize::MAX)
+            .into_iter()
+            .map(|request_id| {
+                let receipt = self
+                    .store
+                    .get(&request_id)
+                    .expect("the settlement order names existing receipts only");
+                (request_id, receipt)
             })
+            .collect()
     }
 
     /// Receipts counted against `workspace`'s quota.
@@ -275,72 +474,116 @@ impl Receipts {
     /// Records a new receipt. Panics if `request_id` already has one
     /// (apply checks first: a request id is applied once).
     pub fn insert(&mut self, request_id: String, receipt: Receipt) {
+        self.make_mut();
         assert!(
-            !self.by_id.contains_key(&request_id),
+            self.store.get(&request_id).is_none(),
             "request id {request_id:?} already has a receipt"
         );
-        self.index(&request_id, &receipt);
-        self.by_id.insert(request_id, receipt);
+        self.store.put(&request_id, &receipt, None);
+        self.count(&receipt.workspace);
     }
 
     /// Settles the receipt of `request_id` with `result` at `clock_ms`
     /// (a receipt that is gone is left alone).
     pub(crate) fn settle(&mut self, request_id: &str, result: &ReceiptResult, clock_ms: i64) {
-        let Some(receipt) = self.by_id.get_mut(request_id) else {
+        self.make_mut();
+        let Some(previous) = self.store.get(request_id) else {
             return;
         };
-        if let Some(settled_at_ms) = receipt.settled_at_ms() {
-            self.by_settlement
-                .remove(&(settled_at_ms, request_id.to_string()));
-        }
+        let mut receipt = previous.clone();
         receipt.result = result.clone();
         receipt.settled_at_ms = Some(clock_ms);
-        self.by_settlement
-            .insert((clock_ms, request_id.to_string()));
+        self.store.put(request_id, &receipt, Some(&previous));
     }
 
     /// Removes every settled receipt whose retention ended at `clock_ms`
     /// (settled at or before `clock_ms - retention_ms`). Costs O(expired):
-    /// it walks the settlement index from its oldest end. Pending receipts
-    /// are never in that index, so they never expire.
+    /// it walks the settlement order from its oldest end. Pending receipts
+    /// are never in that order, so they never expire.
     pub(crate) fn expire(&mut self, clock_ms: i64, retention_ms: i64) {
-        while let Some((settled_at_ms, _)) = self.by_settlement.first() {
-            if settled_at_ms.saturating_add(retention_ms) > clock_ms {
-                break;
+        let settled_at_ms_max = clock_ms.saturating_sub(retention_ms);
+        loop {
+            let expired = self.store.settled_up_to(settled_at_ms_max, EXPIRE_STEP);
+            if expired.is_empty() {
+                return;
             }
-            let (_, request_id) = self
-                .by_settlement
-                .pop_first()
-                .expect("first() just returned an element");
-            let receipt = self
-                .by_id
-                .remove(&request_id)
-                .expect("the settlement index names existing receipts only");
-            self.unindex_workspace(&receipt.workspace);
+            self.make_mut();
+            for request_id in &expired {
+                let receipt = self
+                    .store
+                    .get(request_id)
+                    .expect("the settlement order names existing receipts only");
+                self.store.remove(request_id, &receipt);
+                self.uncount(&receipt.workspace);
+            }
         }
     }
 
     /// Keeps only the receipts `keep` accepts (tests and tools; apply
-    /// expires through the settlement index).
-    pub fn retain(&mut self, mut keep: impl FnMut(&String, &mut Receipt) -> bool) {
-        self.by_id.retain(|id, receipt| keep(id, receipt));
-        self.rebuild_indexes();
-    }
-
-    fn index(&mut self, request_id: &str, receipt: &Receipt) {
-        if let Some(settled_at_ms) = receipt.settled_at_ms() {
-            self.by_settlement
-                .insert((settled_at_ms, request_id.to_string()));
-        }
-        if !receipt.workspace.is_empty() {
-            *self
-                .per_workspace
-                .entry(receipt.workspace.clone())
-                .or_default() += 1;
+    /// expires through the settlement order). O(receipts).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str, &Receipt) -> bool) {
+        for (request_id, receipt) in self.to_vec() {
+            if !keep(&request_id, &receipt) {
+                self.make_mut();
+                self.store.remove(&request_id, &receipt);
+                self.uncount(&receipt.workspace);
+            }
         }
     }
 
-    fn unindex_workspace(&mut self, workspace: &str) {
+    /// Moves every receipt into `store` (which must be empty) and keeps
+    /// them there from now on: how a replica puts the receipts of a state
+    /// decoded from a snapshot on disk. O(receipts), once.
+    pub fn move_into(&mut self, mut store: Box<dyn ReceiptStore>) -> Result<(), String> {
+        let mut moved = 0_usize;
+        let mut failed = Ok(());
+        self.store.visit(&mut |request_id, stored| {
+            store.put(request_id, &stored.decode(), None);
+            moved += 1;
+            // In steps, so a store that buffers a batch never holds all.
+            if moved.is_multiple_of(MOVE_STEP) {
+                failed = store.end_batch();
+            }
+            failed.is_ok()
+        });
+        failed?;
+        store.end_batch()?;
+        self.store = store;
+        Ok(())
+    }
+
+    /// See [`ReceiptStore::end_batch`].
+    pub fn end_batch(&mut self) -> Result<(), String> {
+        self.store.end_batch()
+    }
+
+    /// Calls `visit` with every receipt as stored, in request-id order
+    /// (see [`StoredReceipt`]), until it answers `false`.
+    pub fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        self.store.visit(visit)
+    }
+
+    /// Before a change: receipts in a read-only copy move into memory.
+    fn make_mut(&mut self) {
+        if self.store.is_read_only() {
+            let mut memory = MemoryReceipts::default();
+            self.store.visit(&mut |request_id, stored| {
+                memory.put(request_id, &stored.decode(), None);
+                true
+            });
+            self.store = Box::new(memory);
+        }
+    }
+
+    fn count(&mut self, workspace: &str) {
+        self.len += 1;
+        if !workspace.is_empty() {
+            *self.per_workspace.entry(workspace.to_string()).or_default() += 1;
+        }
+    }
+
+    fn uncount(&mut self, workspace: &str) {
+        self.len -= 1;
         if workspace.is_empty() {
             return;
         }
@@ -354,65 +597,67 @@ impl Receipts {
         }
     }
 
-    fn rebuild_indexes(&mut self) {
-        self.by_settlement.clear();
-        self.per_workspace.clear();
-        let by_id = std::mem::take(&mut self.by_id);
-        for (request_id, receipt) in &by_id {
-            self.index(request_id, receipt);
-        }
-        self.by_id = by_id;
-    }
-
-    /// Panics if an index disagrees with the receipts.
+    /// Panics if the counts or the store's settlement order disagree with
+    /// the receipts (O(receipts)).
     pub fn assert_invariants(&self) {
-        let mut rebuilt = Receipts {
-            by_id: self.by_id.clone(),
-            ..Default::default()
-        };
-        rebuilt.rebuild_indexes();
+        let mut len = 0;
+        let mut per_workspace = BTreeMap::<String, usize>::new();
+        self.store.visit(&mut |_, stored| {
+            len += 1;
+            let receipt = stored.decode();
+            if !receipt.workspace.is_empty() {
+                *per_workspace.entry(receipt.workspace).or_default() += 1;
+            }
+            true
+        });
+        assert_eq!(len, self.len, "the receipt count must match the receipts");
         assert_eq!(
-            rebuilt.by_settlement, self.by_settlement,
-            "the settlement index must list exactly the settled receipts"
-        );
-        assert_eq!(
-            rebuilt.per_workspace, self.per_workspace,
+            per_workspace, self.per_workspace,
             "the per-workspace receipt counts must match the receipts"
         );
-    }
-}
-
-impl std::ops::Index<&str> for Receipts {
-    type Output = Receipt;
-
-    fn index(&self, request_id: &str) -> &Receipt {
-        &self.by_id[request_id]
-    }
-}
-
-impl<'a> IntoIterator for &'a Receipts {
-    type Item = (&'a String, &'a Receipt);
-    type IntoIter = std::collections::btree_map::Iter<'a, String, Receipt>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.by_id.iter()
+        self.store.assert_invariants();
     }
 }
 
 impl FromIterator<(String, Receipt)> for Receipts {
     fn from_iter<I: IntoIterator<Item = (String, Receipt)>>(iter: I) -> Self {
-        let mut receipts = Receipts {
-            by_id: iter.into_iter().collect(),
-            ..Default::default()
-        };
-        receipts.rebuild_indexes();
+        let mut receipts = Receipts::default();
+        for (request_id, receipt) in iter {
+            receipts.insert(request_id, receipt);
+        }
         receipts
     }
 }
 
 impl Serialize for Receipts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.by_id.serialize(serializer)
+        let mut map = serializer.serialize_map(Some(self.len))?;
+        let mut failed = None;
+        self.store.visit(&mut |request_id, stored| {
+            let written = match stored {
+                StoredReceipt::Decoded(receipt) => map.serialize_entry(request_id, receipt),
+                // The stored JSON goes out as it is: no decode and encode.
+                StoredReceipt::Json(json) => {
+                    match serde_json::from_str::<&serde_json::value::RawValue>(json) {
+                        Ok(raw) => map.serialize_entry(request_id, raw),
+                        Err(error) => Err(serde::ser::Error::custom(format!(
+                            "the stored receipt of {request_id:?} is not JSON: {error}"
+                        ))),
+                    }
+                }
+            };
+            match written {
+                Ok(()) => true,
+                Err(error) => {
+                    failed = Some(error);
+                    false
+                }
+            }
+        });
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        map.end()
     }
 }
 

@@ -289,7 +289,9 @@ pub struct CarriedTokenKey {
     pub token_domain: String,
 }
 
-pub use crate::receipts::{Receipt, ReceiptResult, ReceiptRpc, Receipts};
+pub use crate::receipts::{
+    MemoryReceipts, Receipt, ReceiptResult, ReceiptRpc, ReceiptStore, Receipts, StoredReceipt,
+};
 
 /// Kind of a lifecycle operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

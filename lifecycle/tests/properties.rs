@@ -203,7 +203,7 @@ proptest! {
                 prop_assert_eq!(&without_new_receipt, &before, "a rejection must change nothing");
             }
             // Every pending receipt waits on an operation that lists it.
-            for (request_id, receipt) in &state.receipts {
+            for (request_id, receipt) in &state.receipts.to_vec() {
                 if let ReceiptResult::Pending { sandbox_id, kind, generation } = &receipt.result {
                     let operation = state.sandboxes.get(sandbox_id).and_then(|s| s.operation.as_ref());
                     prop_assert!(

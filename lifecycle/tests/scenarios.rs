@@ -577,7 +577,7 @@ fn request_ids_replay_the_original_result_exactly_once() {
         }
     );
     assert!(matches!(
-        log.state.receipts["stop-1"].result,
+        log.state.receipts.get("stop-1").unwrap().result,
         ReceiptResult::Pending { .. }
     ));
     log.apply(Command::CompleteStop {
@@ -590,7 +590,7 @@ fn request_ids_replay_the_original_result_exactly_once() {
     // Settled: a compact outcome, the sandbox's phase and generation when
     // the stop ended (not a copy of the sandbox).
     assert!(matches!(
-        &log.state.receipts["stop-1"].result,
+        &log.state.receipts.get("stop-1").unwrap().result,
         ReceiptResult::Settled {
             sandbox_id,
             generation: 1,
@@ -607,7 +607,7 @@ fn request_ids_replay_the_original_result_exactly_once() {
         }
     );
     assert!(matches!(
-        log.state.receipts["stop-1"].result,
+        log.state.receipts.get("stop-1").unwrap().result,
         ReceiptResult::Settled {
             generation: 1,
             phase: SandboxPhase::Stopped,
@@ -660,7 +660,7 @@ fn a_stale_execution_token_stops_nothing_and_replays_as_stale() {
         }
     );
     assert!(matches!(
-        &log.state.receipts["late"].result,
+        &log.state.receipts.get("late").unwrap().result,
         ReceiptResult::Rejected(rejection) if rejection.reason == Reason::StaleExecution
     ));
     // A same-name replacement is never reached by the old sandbox's token.
@@ -889,7 +889,7 @@ fn a_clock_behind_replica_keeps_receipts_for_the_full_window() {
     })
     .unwrap();
     assert_eq!(
-        log.state.receipts["delete-demo"].settled_at_ms,
+        log.state.receipts.get("delete-demo").unwrap().settled_at_ms,
         Some(EPOCH_MS)
     );
     log.apply(create("b1", "demo")).unwrap();
@@ -958,7 +958,7 @@ fn receipt_retention_counts_from_settlement() {
     assert_eq!(log.state.receipts.len(), 1, "pending receipts never expire");
     let settled_at = log.state.clock_ms;
     log.apply(launched("a1", 1)).unwrap();
-    let receipt = log.state.receipts.values().next().unwrap();
+    let receipt = log.state.receipts.to_vec().remove(0).1;
     assert_eq!(receipt.created_at_ms, EPOCH_MS);
     assert_eq!(receipt.settled_at_ms, Some(settled_at));
     log.apply(tick(settled_at + MINUTE_MS)).unwrap();
@@ -1044,7 +1044,7 @@ fn entries_and_snapshots_from_before_replicated_time_still_apply() {
     }
     log.state = serde_json::from_value(snapshot).unwrap();
     assert_eq!(log.state.receipt_retention_ms(), DAY_MS);
-    let receipt = log.state.receipts.values().next().unwrap();
+    let receipt = log.state.receipts.to_vec().remove(0).1;
     assert_eq!(receipt.settled_at_ms, None);
     assert_eq!(receipt.settled_at_ms(), Some(EPOCH_MS), "from creation");
 
@@ -1373,7 +1373,7 @@ fn receipts_keep_a_compact_outcome_and_old_ones_still_decode() {
         );
     }
     assert!(matches!(
-        &log.state.receipts["tiny-0"].result,
+        &log.state.receipts.get("tiny-0").unwrap().result,
         ReceiptResult::Settled {
             sandbox_id,
             generation: 1,
@@ -1397,7 +1397,7 @@ fn receipts_keep_a_compact_outcome_and_old_ones_still_decode() {
     let decoded: State = serde_json::from_value(snapshot).unwrap();
     decoded.assert_invariants();
     assert!(matches!(
-        &decoded.receipts["tiny-0"].result,
+        &decoded.receipts.get("tiny-0").unwrap().result,
         ReceiptResult::Settled {
             sandbox_id,
             generation: 1,
@@ -1405,7 +1405,7 @@ fn receipts_keep_a_compact_outcome_and_old_ones_still_decode() {
             ..
         } if sandbox_id == "a1"
     ));
-    assert_eq!(decoded.receipts["tiny-0"].workspace, "");
+    assert_eq!(decoded.receipts.get("tiny-0").unwrap().workspace, "");
     assert_eq!(
         decoded.receipts.count_in(DEFAULT_WORKSPACE),
         log.state.receipts.count_in(DEFAULT_WORKSPACE) - 1,
@@ -1463,7 +1463,8 @@ fn receipts_expire_in_settlement_order() {
     assert!(
         log.state
             .receipts
-            .values()
-            .all(|receipt| receipt.settled_at_ms().is_none())
+            .to_vec()
+            .iter()
+            .all(|(_, receipt)| receipt.settled_at_ms().is_none())
     );
 }

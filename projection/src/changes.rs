@@ -119,7 +119,7 @@ impl Shadow {
                 state
                     .receipts
                     .settled_up_to(expiring_by)
-                    .map(|(id, receipt)| (id.clone(), receipt.clone()))
+                    .into_iter()
                     .collect()
             },
             cluster: state.cluster.clone(),
@@ -177,11 +177,11 @@ impl Shadow {
         let index = self.position.index;
         let missing: Vec<(String, palisade_lifecycle::Receipt)> = replica
             .receipts
-            .iter()
+            .to_vec()
+            .into_iter()
             .filter(|(id, receipt)| {
                 receipt.created_at_index <= index && !self.state.receipts.contains_key(id)
             })
-            .map(|(id, receipt)| (id.clone(), receipt.clone()))
             .collect();
         for (id, receipt) in missing {
             self.state.receipts.insert(id, receipt);

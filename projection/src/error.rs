@@ -52,6 +52,11 @@ pub enum ProjectionError {
     /// database edited by hand).
     #[error("the projection is inconsistent: {0}")]
     Inconsistent(String),
+    /// The shadow state's receipt table on disk failed.
+    #[error(
+        "the projector's receipt table failed: {0}; the projector retries with backoff (check the disk under the data directory)"
+    )]
+    ShadowReceipts(String),
     /// A value does not fit the column it goes to.
     #[error("{what} = {value} does not fit a PostgreSQL BIGINT")]
     OutOfRange {

@@ -72,6 +72,7 @@ use crate::query::Projection;
 use crate::source::{LogRecord, ReplicaSource};
 use crate::status::{LagSamples, ProjectionStatus, ProjectorState};
 use crate::store::{self, StageHook};
+use palisade_raft::receipt_store::ReceiptFiles;
 
 /// Most log entries one batch transaction projects.
 pub const BATCH_ENTRIES_MAX: usize = 512;
@@ -130,6 +131,11 @@ pub struct ProjectionConfig {
     /// Retention of `lifecycle_events`: only the rows of the last this
     /// many log entries are kept (`--projection-events-kept-entries`).
     pub events_kept_entries: u64,
+    /// Where the shadow state keeps its request receipts: a directory for
+    /// tables on disk (the replica's data directory), so the projector's
+    /// memory does not grow with them, like the replica's; `None` keeps
+    /// them in memory (tests).
+    pub receipts_dir: Option<std::path::PathBuf>,
 }
 
 impl ProjectionConfig {
@@ -142,6 +148,7 @@ impl ProjectionConfig {
             shadow_interval_entries: SHADOW_INTERVAL_ENTRIES,
             seed: node_id,
             events_kept_entries: EVENTS_KEPT_ENTRIES_DEFAULT,
+            receipts_dir: None,
         }
     }
 }
@@ -218,6 +225,9 @@ pub struct Projector<S: ReplicaSource> {
     migrated: bool,
     rng: StdRng,
     last_status_log: Instant,
+    /// The shadow's receipt tables (opened at first use, from
+    /// `config.receipts_dir`).
+    receipt_files: Option<ReceiptFiles>,
 }
 
 impl<S: ReplicaSource> Projector<S> {
@@ -315,6 +325,7 @@ impl<S: ReplicaSource> Projector<S> {
             migrated: false,
             rng,
             last_status_log: Instant::now(),
+            receipt_files: None,
         };
         (projector, projection)
     }
@@ -523,6 +534,11 @@ impl<S: ReplicaSource> Projector<S> {
         for record in records {
             shadow.apply(record, Some(&mut changes));
         }
+        shadow
+            .state
+            .receipts
+            .end_batch()
+            .map_err(ProjectionError::ShadowReceipts)?;
         let to = shadow.position;
         let plan = WritePlan::of_changes(&shadow.state, changes);
         // Every `shadow_interval_entries`, and at least every
@@ -642,6 +658,7 @@ impl<S: ReplicaSource> Projector<S> {
                     self.shadow_stored_at = Some(position.index);
                     self.shadow_stored_clock_ms = state.clock_ms;
                     let mut shadow = Shadow { state, position };
+                    self.receipts_on_disk(&mut shadow)?;
                     // The stored shadow holds only the receipts that may
                     // expire soon; the others come from the replica.
                     let (replica, _) = self.source.applied_state();
@@ -665,7 +682,9 @@ impl<S: ReplicaSource> Projector<S> {
                 }
                 None if target.index == 0 => {
                     self.shadow_stored_at = None;
-                    Shadow::initial()
+                    let mut shadow = Shadow::initial();
+                    self.receipts_on_disk(&mut shadow)?;
+                    shadow
                 }
                 None => {
                     warn!(
@@ -688,6 +707,11 @@ impl<S: ReplicaSource> Projector<S> {
                     for record in &records {
                         shadow.apply(record, None);
                     }
+                    shadow
+                        .state
+                        .receipts
+                        .end_batch()
+                        .map_err(ProjectionError::ShadowReceipts)?;
                 }
                 Err(ProjectionError::Compacted { .. }) => {
                     warn!(
@@ -730,6 +754,32 @@ impl<S: ReplicaSource> Projector<S> {
         Ok(())
     }
 
+    /// Moves `shadow`'s receipts into a table on disk of their own, when
+    /// the projector keeps them there (`config.receipts_dir`): O(receipts),
+    /// once per shadow taken from PostgreSQL or from the replica.
+    fn receipts_on_disk(&mut self, shadow: &mut Shadow) -> Result<(), ProjectionError> {
+        let Some(dir) = self.config.receipts_dir.clone() else {
+            return Ok(());
+        };
+        let failed = |error: std::io::Error| {
+            ProjectionError::ShadowReceipts(format!("in {}: {error}", dir.display()))
+        };
+        if self.receipt_files.is_none() {
+            self.receipt_files = Some(ReceiptFiles::open(&dir).map_err(failed)?);
+        }
+        let store = self
+            .receipt_files
+            .as_mut()
+            .expect("opened above")
+            .create()
+            .map_err(failed)?;
+        shadow
+            .state
+            .receipts
+            .move_into(Box::new(store))
+            .map_err(ProjectionError::ShadowReceipts)
+    }
+
     /// Waits (bounded) until this replica applied `index`.
     async fn wait_applied(&mut self, index: u64) -> Result<(), ProjectionError> {
         let waited = tokio::time::timeout(
@@ -760,7 +810,8 @@ impl<S: ReplicaSource> Projector<S> {
                 position.index
             )));
         }
-        let shadow = Shadow { state, position };
+        let mut shadow = Shadow { state, position };
+        self.receipts_on_disk(&mut shadow)?;
         if position.index == from {
             // Already there: the state at the checkpoint is the shadow.
             self.shadow = Some(shadow);

@@ -17,6 +17,7 @@
 //! - [`types`]: `TypeConfig` and the aliases everyone uses.
 //! - [`state_machine`]: `LifecycleStateMachine`, apply and snapshots, and the
 //!   shared read handle the gateway reads state through.
+//! - [`receipt_store`]: the state's request receipts on disk, not in memory.
 //! - [`network`]: the client side of the peer transport.
 //! - [`peer_service`]: the server side (`palisade.peer.v1.RaftPeer`).
 //! - [`tls`]: mutual TLS between peers; a peer's node id from its
@@ -37,6 +38,7 @@ pub mod feature_level;
 pub mod hooks;
 pub mod network;
 pub mod peer_service;
+pub mod receipt_store;
 pub mod runtime;
 pub mod simnet;
 pub mod state_machine;

@@ -1,7 +1,9 @@
 //! `LifecycleStateMachine`: openraft's state machine, backed by the pure
 //! lifecycle core, and `StateHandle`, the read side the gateway uses.
 //!
-//! The state lives in memory behind a `std::sync::RwLock`: every critical
+//! The state lives in memory behind a `std::sync::RwLock` — but for its
+//! request receipts, which live in a table on disk
+//! ([`crate::receipt_store`]) committed after every apply batch: every critical
 //! section is short and never awaits, so a blocking lock is cheaper and
 //! simpler than an async one. Durability comes from the Raft log (committed
 //! entries are re-applied after a restart) and from snapshots written
@@ -47,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::hooks::{FaultPoint, FaultPoints};
+use crate::receipt_store::ReceiptFiles;
 use crate::types::{
     LogId, NodeId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -300,6 +303,9 @@ impl StateHandle {
 pub struct LifecycleStateMachine {
     shared: Arc<Shared>,
     snapshots: Arc<SnapshotFiles<SnapshotMeta>>,
+    /// Where the state's receipts are kept: a table on disk, a new one
+    /// for each installed snapshot ([`crate::receipt_store`]).
+    receipt_files: ReceiptFiles,
     /// Test and chaos hook, awaited before a snapshot is installed and
     /// called inside apply ([`crate::hooks`]); `None` in production.
     fault_points: Option<(NodeId, Arc<dyn FaultPoints>)>,
@@ -316,6 +322,7 @@ impl LifecycleStateMachine {
     /// restoring the last snapshot if there is one.
     pub fn open(snapshot_dir: &Path) -> io::Result<Self> {
         let snapshots = SnapshotFiles::<SnapshotMeta>::open(snapshot_dir)?;
+        let mut receipt_files = ReceiptFiles::open(snapshot_dir)?;
         let loaded = snapshots.load()?;
         let measured = match &loaded {
             Some((_, data)) => data.len() as u64,
@@ -341,6 +348,12 @@ impl LifecycleStateMachine {
             }
             None => AppliedState::default(),
         };
+        let mut applied = applied;
+        applied
+            .state
+            .receipts
+            .move_into(Box::new(receipt_files.create()?))
+            .map_err(io::Error::other)?;
         let census = Census::of(&applied.state);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
@@ -361,6 +374,7 @@ impl LifecycleStateMachine {
                 waiters: Arc::default(),
             }),
             snapshots: Arc::new(snapshots),
+            receipt_files,
             fault_points: None,
             metrics: None,
             format_record: None,
@@ -674,6 +688,13 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 responder.send(response);
             }
         }
+        // The batch's receipt changes, committed to their table before
+        // anyone is told the index moved.
+        self.write()?
+            .state
+            .receipts
+            .end_batch()
+            .map_err(io::Error::other)?;
         if let Some(index) = last_index {
             self.shared.applied_index.send_replace(index);
         }
@@ -698,13 +719,19 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         meta: &SnapshotMeta,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        let state: State = serde_json::from_slice(&snapshot).map_err(|error| {
+        let mut state: State = serde_json::from_slice(&snapshot).map_err(|error| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("received snapshot does not decode: {error}"),
             )
         })?;
         state.assert_invariants();
+        // A table of its own: a snapshot build may still read the one the
+        // replaced state used.
+        state
+            .receipts
+            .move_into(Box::new(self.receipt_files.create()?))
+            .map_err(io::Error::other)?;
         self.entering_level(
             || format!("the snapshot received up to {:?}", meta.last_log_id),
             state.feature_level,

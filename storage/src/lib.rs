@@ -33,6 +33,8 @@
 //! - [`log_store`]: [`LogStore`] (implements openraft's `RaftLogStorage`) and
 //!   [`LogReader`] (implements `RaftLogReader`);
 //! - [`snapshot_files`]: [`SnapshotFiles`], the current snapshot on disk;
+//! - [`receipt_table`]: [`ReceiptTable`], request receipts on disk (a
+//!   cache of the replicated state, rebuilt from the snapshot on restart);
 //! - [`error`]: [`LogStoreError`] and how it maps to `io::Error`;
 //! - `record`: the checksummed record format used inside the database;
 //! - [`planted`]: a TEST-ONLY planted bug for the chaos harness, compiled in
@@ -43,6 +45,7 @@
 pub mod error;
 pub mod log_store;
 pub mod planted;
+pub mod receipt_table;
 mod record;
 pub mod snapshot_files;
 
@@ -58,6 +61,7 @@ pub use log_store::LogReader;
 pub use log_store::LogStore;
 pub use log_store::LogTimings;
 pub use log_store::READ_BATCH_BYTES_MAX;
+pub use receipt_table::{ReceiptTable, ReceiptTableError, ReceiptView};
 pub use snapshot_files::SNAPSHOT_FILE_NAME;
 pub use snapshot_files::Saved;
 pub use snapshot_files::SnapshotCorruption;

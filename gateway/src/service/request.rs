@@ -275,9 +275,9 @@ impl PalisadeService {
                 .state
                 .receipts
                 .get(&request.id)
-                .map(|receipt| &receipt.result)
+                .map(|receipt| receipt.result)
             {
-                Some(ReceiptResult::Pending { sandbox_id, .. }) => Some(sandbox_id.clone()),
+                Some(ReceiptResult::Pending { sandbox_id, .. }) => Some(sandbox_id),
                 _ => None,
             }
         });

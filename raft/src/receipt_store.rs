@@ -1,0 +1,304 @@
+//! [`DiskReceipts`]: the replica's request receipts in a
+//! [`ReceiptTable`] on disk instead of in memory (see
+//! `palisade_lifecycle::receipts` for why, and
+//! `palisade_storage::receipt_table` for the file).
+//!
+//! Each receipt is stored as the JSON `serde_json` writes for it, so a
+//! snapshot or a digest copies the stored bytes into the state's JSON as
+//! they are ([`StoredReceipt::Json`]) instead of decoding and encoding
+//! every receipt again; the settlement time is the table's order.
+//!
+//! A copy of the receipts (a snapshot build's copy of the state) is a
+//! read-only view of the table at that moment ([`FrozenReceipts`]): no
+//! receipt is copied, and apply goes on changing the table meanwhile.
+//!
+//! Apply has no outcome for a failed disk: a table error panics with its
+//! message, which poisons the state and stops the replica (fail-stop, see
+//! [`crate::state_machine`]); the next start rebuilds the table from the
+//! snapshot and the log.
+
+use std::path::{Path, PathBuf};
+
+use palisade_lifecycle::{Receipt, ReceiptStore, StoredReceipt};
+use palisade_storage::{ReceiptTable, ReceiptTableError, ReceiptView};
+
+/// Prefix of the table files in the snapshot directory.
+const FILE_PREFIX: &str = "receipts-";
+/// Suffix of the table files.
+const FILE_SUFFIX: &str = ".redb";
+
+fn fail_stop(error: ReceiptTableError) -> ! {
+    tracing::error!(%error, "stopping: the request receipts table failed");
+    panic!("{error}")
+}
+
+fn encode(receipt: &Receipt) -> Vec<u8> {
+    serde_json::to_vec(receipt).expect("a receipt always encodes to JSON")
+}
+
+fn decode(request_id: &str, bytes: &[u8]) -> Receipt {
+    serde_json::from_slice(bytes).unwrap_or_else(|error| {
+        panic!("the stored receipt of request {request_id:?} does not decode: {error}")
+    })
+}
+
+/// Where a replica keeps its receipt tables: files in `dir` named by a
+/// sequence number, one per table (a new table per installed snapshot,
+/// while a snapshot build may still read the previous one).
+#[derive(Debug)]
+pub struct ReceiptFiles {
+    dir: PathBuf,
+    next: u64,
+    cache_bytes: usize,
+}
+
+impl ReceiptFiles {
+    /// Receipt tables in `dir`. Removes the tables a previous run left
+    /// there: they are caches of a state this run rebuilds.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(FILE_PREFIX) && name.ends_with(FILE_SUFFIX) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            next: 0,
+            cache_bytes: palisade_storage::receipt_table::RECEIPT_TABLE_CACHE_BYTES,
+        })
+    }
+
+    /// Tables created from now on cache at most `cache_bytes` of their
+    /// pages in memory (default
+    /// [`RECEIPT_TABLE_CACHE_BYTES`](palisade_storage::receipt_table::RECEIPT_TABLE_CACHE_BYTES)).
+    pub fn with_cache_bytes(mut self, cache_bytes: usize) -> Self {
+        self.cache_bytes = cache_bytes;
+        self
+    }
+
+    /// A new, empty store in a file of its own.
+    pub fn create(&mut self) -> std::io::Result<DiskReceipts> {
+        let path = self
+            .dir
+            .join(format!("{FILE_PREFIX}{}{FILE_SUFFIX}", self.next));
+        self.next += 1;
+        let table = ReceiptTable::create_with_cache(&path, self.cache_bytes)
+            .map_err(std::io::Error::other)?;
+        Ok(DiskReceipts { table })
+    }
+}
+
+/// Receipts in a [`ReceiptTable`].
+#[derive(Debug)]
+pub struct DiskReceipts {
+    table: ReceiptTable,
+}
+
+impl ReceiptStore for DiskReceipts {
+    fn get(&self, request_id: &str) -> Option<Receipt> {
+        let bytes = self
+            .table
+            .get(request_id)
+            .unwrap_or_else(|e| fail_stop(e))?;
+        Some(decode(request_id, &bytes))
+    }
+
+    fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
+        self.table
+            .put(
+                request_id,
+                &encode(receipt),
+                previous.and_then(Receipt::settled_at_ms),
+                receipt.settled_at_ms(),
+            )
+            .unwrap_or_else(|e| fail_stop(e));
+    }
+
+    fn remove(&mut self, request_id: &str, previous: &Receipt) {
+        self.table
+            .remove(request_id, previous.settled_at_ms())
+            .unwrap_or_else(|e| fail_stop(e));
+    }
+
+    fn settled_up_to(&self, settled_at_ms_max: i64, limit: usize) -> Vec<String> {
+        self.table
+            .ordered_up_to(settled_at_ms_max, limit)
+            .unwrap_or_else(|e| fail_stop(e))
+    }
+
+    fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        self.frozen().visit(visit)
+    }
+
+    fn copy(&self) -> Box<dyn ReceiptStore> {
+        Box::new(self.frozen())
+    }
+
+    fn end_batch(&mut self) -> Result<(), String> {
+        self.table.commit().map_err(|error| error.to_string())
+    }
+}
+
+impl DiskReceipts {
+    /// A view of the receipts as they are now, uncommitted changes
+    /// included: they are committed first (a commit is not a durability
+    /// point here, see `palisade_storage::receipt_table`).
+    fn frozen(&self) -> FrozenReceipts {
+        self.table.commit().unwrap_or_else(|e| fail_stop(e));
+        FrozenReceipts {
+            view: self.table.view().unwrap_or_else(|e| fail_stop(e)),
+        }
+    }
+}
+
+/// A read-only view of [`DiskReceipts`] at one moment.
+#[derive(Debug)]
+pub struct FrozenReceipts {
+    view: ReceiptView,
+}
+
+impl ReceiptStore for FrozenReceipts {
+    fn get(&self, request_id: &str) -> Option<Receipt> {
+        let bytes = self.view.get(request_id).unwrap_or_else(|e| fail_stop(e))?;
+        Some(decode(request_id, &bytes))
+    }
+
+    fn put(&mut self, _: &str, _: &Receipt, _: Option<&Receipt>) {
+        unreachable!(
+            "a frozen copy of the receipts is read-only; Receipts moves it to memory first"
+        )
+    }
+
+    fn remove(&mut self, _: &str, _: &Receipt) {
+        unreachable!(
+            "a frozen copy of the receipts is read-only; Receipts moves it to memory first"
+        )
+    }
+
+    fn settled_up_to(&self, settled_at_ms_max: i64, limit: usize) -> Vec<String> {
+        self.view
+            .ordered_up_to(settled_at_ms_max, limit)
+            .unwrap_or_else(|e| fail_stop(e))
+    }
+
+    fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        self.view
+            .visit(|request_id, bytes| match std::str::from_utf8(bytes) {
+                Ok(json) => visit(request_id, StoredReceipt::Json(json)),
+                Err(error) => {
+                    panic!("the stored receipt of request {request_id:?} is not UTF-8: {error}")
+                }
+            })
+            .unwrap_or_else(|e| fail_stop(e))
+    }
+
+    fn copy(&self) -> Box<dyn ReceiptStore> {
+        Box::new(FrozenReceipts {
+            view: self.view.clone(),
+        })
+    }
+
+    fn is_read_only(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_lifecycle::{ReceiptResult, ReceiptRpc, Receipts};
+
+    use super::*;
+
+    fn receipt(settled_at_ms: Option<i64>, workspace: &str) -> Receipt {
+        Receipt {
+            rpc: ReceiptRpc::StopSandbox,
+            payload_digest: "d".into(),
+            created_at_ms: 1,
+            created_at_index: 7,
+            settled_at_ms,
+            workspace: workspace.into(),
+            result: match settled_at_ms {
+                Some(_) => ReceiptResult::Deleted {
+                    sandbox_id: "s".into(),
+                },
+                None => ReceiptResult::Pending {
+                    sandbox_id: "s".into(),
+                    kind: palisade_lifecycle::OperationKind::Stop,
+                    generation: 1,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn receipts_on_disk_encode_and_compare_like_receipts_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ReceiptFiles::open(dir.path()).unwrap();
+        let in_memory: Receipts = [
+            ("b".to_string(), receipt(Some(10), "w1")),
+            ("a".to_string(), receipt(None, "w2")),
+            ("c\"quoted".to_string(), receipt(Some(5), "")),
+        ]
+        .into_iter()
+        .collect();
+        let mut on_disk = in_memory.clone();
+        on_disk
+            .move_into(Box::new(files.create().unwrap()))
+            .unwrap();
+        assert_eq!(
+            serde_json::to_string(&on_disk).unwrap(),
+            serde_json::to_string(&in_memory).unwrap(),
+            "a snapshot must not depend on where a replica keeps its receipts"
+        );
+        assert_eq!(on_disk, in_memory);
+        on_disk.assert_invariants();
+        assert_eq!(on_disk.count_in("w1"), 1);
+        assert_eq!(
+            on_disk.settled_up_to(10).len(),
+            2,
+            "both settled receipts are in the settlement order"
+        );
+    }
+
+    #[test]
+    fn a_copy_keeps_its_moment_and_changes_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ReceiptFiles::open(dir.path()).unwrap();
+        let mut receipts = Receipts::default();
+        receipts
+            .move_into(Box::new(files.create().unwrap()))
+            .unwrap();
+        receipts.insert("a".into(), receipt(Some(10), "w"));
+        let copy = receipts.clone();
+        receipts.insert("b".into(), receipt(Some(11), "w"));
+        receipts.end_batch().unwrap();
+        assert_eq!(copy.len(), 1);
+        assert_eq!(
+            copy.to_vec().len(),
+            1,
+            "the copy is the moment it was taken"
+        );
+        assert!(copy.get("b").is_none());
+        let mut changed = copy.clone();
+        changed.insert("c".into(), receipt(None, "w"));
+        assert_eq!(changed.len(), 2);
+        assert!(
+            receipts.get("c").is_none(),
+            "the copy's change stays its own"
+        );
+    }
+
+    #[test]
+    fn leftover_tables_are_removed_when_the_files_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("receipts-7.redb"), b"old").unwrap();
+        std::fs::write(dir.path().join("current.snapshot"), b"kept").unwrap();
+        ReceiptFiles::open(dir.path()).unwrap();
+        assert!(!dir.path().join("receipts-7.redb").exists());
+        assert!(dir.path().join("current.snapshot").exists());
+    }
+}

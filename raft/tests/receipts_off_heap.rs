@@ -1,0 +1,175 @@
+//! A replica's request receipts do not live in its memory: receipts kept
+//! for a day at any sustained write rate must not grow the heap (issue
+//! 13, item 3). Counted with this test binary's own allocator, on the
+//! real apply path (`palisade_lifecycle::apply`) over the replica's
+//! receipt store (`palisade_raft::receipt_store`).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use palisade_lifecycle::{
+    Command, CompletionOf, DEFAULT_WORKSPACE, LaunchResult, LogPosition, Outcome, RequestMeta,
+    SandboxSpec, SandboxTarget, State, apply,
+};
+use palisade_raft::receipt_store::ReceiptFiles;
+
+/// Live heap bytes of this process.
+struct Counting;
+
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const EPOCH_MS: i64 = 1_700_000_000_000;
+/// The table's page cache in this test: what it may keep in memory.
+const CACHE_BYTES: usize = 1024 * 1024;
+/// Receipts added while the heap is watched.
+const RECEIPTS: u64 = 40_000;
+
+struct Replica {
+    state: State,
+    index: u64,
+}
+
+impl Replica {
+    fn apply(&mut self, command: Command) -> Outcome {
+        // A completion is bound to the operation it completes, as the
+        // executor binds it.
+        let command = command.bound_to(&self.state, 1);
+        self.index += 1;
+        let position = LogPosition {
+            index: self.index,
+            term: 1,
+        };
+        apply(&mut self.state, position, &command).expect("the command applies")
+    }
+
+    /// A start of the running sandbox: answered `AlreadyDone`, settled at
+    /// once, and kept for the retention window like any receipt.
+    fn start_again(&mut self, n: u64) {
+        let outcome = self.apply(Command::BeginStart {
+            target: SandboxTarget::Name {
+                workspace: DEFAULT_WORKSPACE.into(),
+                name: "demo".into(),
+            },
+            expected_execution: None,
+            request: RequestMeta {
+                id: format!("0b3c4a4e-5a7d-4f6e-9c1b-{n:012}"),
+                payload_digest: format!("{n:064x}"),
+                time_ms: EPOCH_MS,
+            },
+        });
+        assert!(
+            matches!(outcome, Outcome::AlreadyDone { .. }),
+            "{outcome:?}"
+        );
+    }
+}
+
+fn live_mib() -> f64 {
+    LIVE_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
+}
+
+#[test]
+fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = ReceiptFiles::open(dir.path())
+        .unwrap()
+        .with_cache_bytes(CACHE_BYTES);
+    let mut replica = Replica {
+        state: State::new(),
+        index: 0,
+    };
+    replica
+        .state
+        .receipts
+        .move_into(Box::new(files.create().unwrap()))
+        .unwrap();
+    replica.apply(Command::BeginCreate {
+        id: "a1".into(),
+        workspace: DEFAULT_WORKSPACE.into(),
+        name: "demo".into(),
+        spec: SandboxSpec {
+            command: vec!["sleep".into(), "1000".into()],
+            ..Default::default()
+        },
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        time_ms: EPOCH_MS,
+        host_identity: "host-a1".into(),
+        request: RequestMeta {
+            id: "create-a1".into(),
+            payload_digest: "create".into(),
+            time_ms: EPOCH_MS,
+        },
+    });
+    replica.apply(Command::CompleteLaunch {
+        sandbox_id: "a1".into(),
+        of: CompletionOf::UNBOUND,
+        generation: 1,
+        result: LaunchResult::Running {
+            handle: "pid=1".into(),
+            driver: "test".into(),
+        },
+    });
+    // Warm up: the table's cache fills, the state's maps reach size.
+    for n in 0..5_000 {
+        replica.start_again(n);
+        if n % 100 == 99 {
+            replica.state.receipts.end_batch().unwrap();
+        }
+    }
+    replica.state.receipts.end_batch().unwrap();
+    let before = live_mib();
+    for n in 5_000..5_000 + RECEIPTS {
+        replica.start_again(n);
+        // An apply batch of 100 entries, committed like the state
+        // machine commits after each batch.
+        if n % 100 == 99 {
+            replica.state.receipts.end_batch().unwrap();
+        }
+    }
+    replica.state.receipts.end_batch().unwrap();
+    let after = live_mib();
+    let grown = after - before;
+    eprintln!(
+        "{RECEIPTS} more receipts ({} in all): heap {before:.1} -> {after:.1} MiB ({grown:+.1} MiB)",
+        replica.state.receipts.len()
+    );
+    assert_eq!(replica.state.receipts.len() as u64, RECEIPTS + 5_001);
+    // In memory each receipt costs ~0.5 KiB (request id, digest, outcome,
+    // the expiry index): ~20 MiB here. On disk: the table's 1 MiB cache.
+    assert!(
+        grown < 4.0,
+        "{RECEIPTS} receipts grew the heap by {grown:.1} MiB; receipts must live on disk, not in the replica's memory"
+    );
+    // And they are all there, readable and in the state's JSON.
+    let replayed = replica
+        .state
+        .receipts
+        .get("0b3c4a4e-5a7d-4f6e-9c1b-000000000007");
+    assert!(replayed.is_some());
+    let encoded = serde_json::to_vec(&replica.state).unwrap();
+    let decoded: State = serde_json::from_slice(&encoded).unwrap();
+    assert_eq!(decoded.receipts.len(), replica.state.receipts.len());
+    assert_eq!(decoded.receipts, replica.state.receipts);
+}
