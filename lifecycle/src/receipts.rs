@@ -282,9 +282,10 @@ pub trait ReceiptStore: fmt::Debug + Send + Sync {
         false
     }
 
-    /// Called after each batch of applied entries, before the state is
-    /// read again: a store that buffers changes makes them durable or
-    /// visible to [`copy`](ReceiptStore::copy) here.
+    /// Called after each batch of applied entries: a store that buffers
+    /// changes may commit them here (or with a later batch's: reads and
+    /// [`copy`](ReceiptStore::copy) see every change either way). An error
+    /// stops the replica.
     fn end_batch(&mut self) -> Result<(), String> {
         Ok(())
     }

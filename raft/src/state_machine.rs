@@ -3,7 +3,7 @@
 //!
 //! The state lives in memory behind a `std::sync::RwLock` — but for its
 //! request receipts, which live in a table on disk
-//! ([`crate::receipt_store`]) committed after every apply batch: every critical
+//! ([`crate::receipt_store`]): every critical
 //! section is short and never awaits, so a blocking lock is cheaper and
 //! simpler than an async one. Durability comes from the Raft log (committed
 //! entries are re-applied after a restart) and from snapshots written
@@ -688,8 +688,8 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 responder.send(response);
             }
         }
-        // The batch's receipt changes, committed to their table before
-        // anyone is told the index moved.
+        // The receipt table commits the batch's changes (or a few
+        // batches' at once: see `receipt_store::COMMIT_INTERVAL`).
         self.write()?
             .state
             .receipts

@@ -11,8 +11,8 @@
 //! durability comes from the snapshot and the Raft log: after a restart the
 //! table is created anew and filled from the snapshot, then the log's
 //! entries are applied on top. So the table never needs to survive a
-//! crash, and its commits skip fsync (`Durability::None`); every
-//! [`DURABLE_COMMIT_EVERY`]-th commit is durable only because redb reuses
+//! crash, and its commits skip fsync (`Durability::None`); a commit every
+//! [`DURABLE_COMMIT_INTERVAL`] is durable only because redb reuses
 //! the pages a transaction freed once a durable commit follows, which
 //! keeps the file at the size of what it holds. Each [`ReceiptTable`]
 //! lives in a file of its own, removed when the table is dropped.
@@ -42,8 +42,11 @@ const ORDER: TableDefinition<(i64, &str), ()> = TableDefinition::new("order");
 /// memory stays small.)
 pub const RECEIPT_TABLE_CACHE_BYTES: usize = 32 * 1024 * 1024;
 
-/// One commit in this many is durable (see the module doc).
-pub const DURABLE_COMMIT_EVERY: u32 = 1_000;
+/// A commit is durable once the last durable one is this old (see the
+/// module doc). Each non-durable commit walks the pages freed since the
+/// last durable one, so they must not pile up: at 1,000 commits between
+/// two durable ones, that walk took a tenth of a busy leader's CPU.
+pub const DURABLE_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A failure of the receipt table's file.
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +67,7 @@ struct Open {
     writer: Option<WriteTransaction>,
     /// The last commit, for reads while no write transaction is open.
     reader: Option<ReadTransaction>,
-    commits_since_durable: u32,
+    last_durable: std::time::Instant,
 }
 
 /// Request receipts on disk: see the module doc.
@@ -132,7 +135,7 @@ impl ReceiptTable {
             open: Mutex::new(Open {
                 writer: None,
                 reader: None,
-                commits_since_durable: 0,
+                last_durable: std::time::Instant::now(),
             }),
         };
         // Both tables exist from the start, so reads never meet a missing one.
@@ -285,9 +288,8 @@ impl ReceiptTable {
         let Some(mut writer) = open.writer.take() else {
             return Ok(());
         };
-        open.commits_since_durable += 1;
-        if open.commits_since_durable >= DURABLE_COMMIT_EVERY {
-            open.commits_since_durable = 0;
+        if open.last_durable.elapsed() >= DURABLE_COMMIT_INTERVAL {
+            open.last_durable = std::time::Instant::now();
             writer
                 .set_durability(Durability::Immediate)
                 .map_err(|error| failed(&self.path, "committing")(any(error)))?;
