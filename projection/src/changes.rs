@@ -161,34 +161,45 @@ impl Shadow {
     /// is less than [`SHADOW_RECEIPTS_HORIZON_MS`] ahead of the shadow's —
     /// a receipt alive at the shadow and gone from the replica expired in
     /// between, so it was stored with the shadow — which is checked:
-    /// `false` when it is not (the caller resyncs instead).
-    pub fn restore_receipts(&mut self, replica: &State) -> bool {
+    /// `false` when it is not (the caller resyncs instead); an error when
+    /// the shadow's receipt store failed.
+    pub fn restore_receipts(&mut self, replica: &State) -> Result<bool, String> {
         if self.state.clock_ms == 0 {
             // Stored with every receipt (see `encode`).
-            return true;
+            return Ok(true);
         }
         // Complete when the replica's clock is below the earliest expiry
         // of a receipt left out: a settled one expires after the shadow's
         // clock plus the horizon (it was left out), a pending one a day
         // after it settles, which is after the shadow's clock.
         if replica.clock_ms.saturating_sub(self.state.clock_ms) >= SHADOW_RECEIPTS_HORIZON_MS {
-            return false;
+            return Ok(false);
         }
         let index = self.position.index;
-        let missing: Vec<(String, palisade_lifecycle::Receipt)> = replica
-            .receipts
-            .to_vec()
-            .into_iter()
-            .filter(|(id, receipt)| {
-                receipt.created_at_index <= index && !self.state.receipts.contains_key(id)
-            })
-            .collect();
-        for (id, receipt) in missing {
-            self.state.receipts.insert(id, receipt);
-        }
-        true
+        // Streamed: the replica may hold millions of receipts, on disk; a
+        // list of them all would cost their size in memory at once.
+        let receipts = &mut self.state.receipts;
+        let mut copied = 0_usize;
+        let mut failed = Ok(());
+        replica.receipts.visit(&mut |id, stored| {
+            let receipt = stored.decode();
+            if receipt.created_at_index <= index && !receipts.contains_key(id) {
+                receipts.insert(id.to_string(), receipt);
+                copied += 1;
+                if copied.is_multiple_of(RESTORE_STEP) {
+                    failed = receipts.end_batch();
+                }
+            }
+            failed.is_ok()
+        });
+        failed.and_then(|()| receipts.end_batch())?;
+        Ok(true)
     }
 }
+
+/// Receipts [`Shadow::restore_receipts`] copies between two commits of the
+/// shadow's receipt store.
+const RESTORE_STEP: usize = 4_096;
 
 /// How far ahead of a stored shadow's clock receipts are stored with it
 /// (those that may expire by then); a stored shadow is usable while the

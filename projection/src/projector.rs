@@ -662,7 +662,10 @@ impl<S: ReplicaSource> Projector<S> {
                     // The stored shadow holds only the receipts that may
                     // expire soon; the others come from the replica.
                     let (replica, _) = self.source.applied_state();
-                    if !shadow.restore_receipts(&replica) {
+                    if !shadow
+                        .restore_receipts(&replica)
+                        .map_err(ProjectionError::ShadowReceipts)?
+                    {
                         warn!(
                             node = self.config.node_id,
                             shadow = position.index,
