@@ -349,11 +349,13 @@ impl LifecycleStateMachine {
             None => AppliedState::default(),
         };
         let mut applied = applied;
-        applied
-            .state
-            .receipts
-            .move_into(Box::new(receipt_files.create()?))
-            .map_err(io::Error::other)?;
+        if receipts_on_disk() {
+            applied
+                .state
+                .receipts
+                .move_into(Box::new(receipt_files.create()?))
+                .map_err(io::Error::other)?;
+        }
         let census = Census::of(&applied.state);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
@@ -491,6 +493,15 @@ fn sandbox_event(
             sandbox,
         }),
     }
+}
+
+/// Whether this replica keeps its receipts on disk
+/// ([`crate::receipt_store`]): every replica but those of the
+/// deterministic simulation (`chaos run --sim`), whose states hold seconds
+/// of load and which must run many campaigns a minute on one thread; its
+/// receipts stay in memory (the same apply, the same JSON).
+fn receipts_on_disk() -> bool {
+    !crate::runtime::is_simulated()
 }
 
 fn encode_state(state: &State) -> io::Result<Vec<u8>> {
@@ -728,10 +739,12 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         state.assert_invariants();
         // A table of its own: a snapshot build may still read the one the
         // replaced state used.
-        state
-            .receipts
-            .move_into(Box::new(self.receipt_files.create()?))
-            .map_err(io::Error::other)?;
+        if receipts_on_disk() {
+            state
+                .receipts
+                .move_into(Box::new(self.receipt_files.create()?))
+                .map_err(io::Error::other)?;
+        }
         self.entering_level(
             || format!("the snapshot received up to {:?}", meta.last_log_id),
             state.feature_level,
