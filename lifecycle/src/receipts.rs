@@ -256,7 +256,8 @@ pub trait ReceiptStore: fmt::Debug + Send + Sync {
 
     /// Stores `receipt` as `request_id`'s, replacing `previous` (what
     /// [`get`](ReceiptStore::get) returned for it), and keeps the
-    /// settlement order.
+    /// settlement order. Panics if `previous` is `None` but the request id
+    /// had a receipt, or the other way round.
     fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>);
 
     /// Removes `request_id`'s receipt, `previous`.
@@ -316,7 +317,15 @@ impl ReceiptStore for MemoryReceipts {
             self.by_settlement
                 .insert((settled_at_ms, request_id.to_string()));
         }
-        self.by_id.insert(request_id.to_string(), receipt.clone());
+        let replaced = self
+            .by_id
+            .insert(request_id.to_string(), receipt.clone())
+            .is_some();
+        assert_eq!(
+            replaced,
+            previous.is_some(),
+            "request id {request_id:?}: a receipt was stored over another, or a replaced one was missing"
+        );
     }
 
     fn remove(&mut self, request_id: &str, previous: &Receipt) {
@@ -365,9 +374,9 @@ impl ReceiptStore for MemoryReceipts {
 /// the store at a time.
 const EXPIRE_STEP: usize = 1024;
 
-/// How many receipts [`Receipts::move_into`] moves between two
+/// How many receipts [`Receipts::copy_from`] copies between two
 /// [`ReceiptStore::end_batch`] calls.
-const MOVE_STEP: usize = 10_000;
+pub const COPY_STEP: usize = 4_096;
 
 /// Every receipt by request id (in a [`ReceiptStore`]), with their count
 /// per workspace. Serialized as the plain JSON map of receipts.
@@ -473,13 +482,10 @@ impl Receipts {
     }
 
     /// Records a new receipt. Panics if `request_id` already has one
-    /// (apply checks first: a request id is applied once).
+    /// (apply checks first: a request id is applied once; the store
+    /// asserts it as it writes, without a second lookup).
     pub fn insert(&mut self, request_id: String, receipt: Receipt) {
         self.make_mut();
-        assert!(
-            self.store.get(&request_id).is_none(),
-            "request id {request_id:?} already has a receipt"
-        );
         self.store.put(&request_id, &receipt, None);
         self.count(&receipt.workspace);
     }
@@ -534,23 +540,51 @@ impl Receipts {
 
     /// Moves every receipt into `store` (which must be empty) and keeps
     /// them there from now on: how a replica puts the receipts of a state
-    /// decoded from a snapshot on disk. O(receipts), once.
-    pub fn move_into(&mut self, mut store: Box<dyn ReceiptStore>) -> Result<(), String> {
-        let mut moved = 0_usize;
+    /// decoded from a snapshot on disk. O(receipts), once. On an error
+    /// the receipts stay where they were.
+    pub fn move_into(&mut self, store: Box<dyn ReceiptStore>) -> Result<(), String> {
+        let moved = std::mem::replace(
+            self,
+            Receipts {
+                store,
+                len: 0,
+                per_workspace: BTreeMap::new(),
+            },
+        );
+        if let Err(error) = self.copy_from(&moved, |_, _| true) {
+            *self = moved;
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Inserts the receipts of `source` that `keep` accepts and `self`
+    /// does not hold yet; answers how many. Streamed (`source` may hold
+    /// millions, on disk: a list of them all would cost their size in
+    /// memory at once), with the store's batch ended every
+    /// [`COPY_STEP`] receipts, so a store that buffers a batch never holds
+    /// them all. O(receipts in `source`).
+    pub fn copy_from(
+        &mut self,
+        source: &Receipts,
+        mut keep: impl FnMut(&str, &Receipt) -> bool,
+    ) -> Result<usize, String> {
+        let mut copied = 0_usize;
         let mut failed = Ok(());
-        self.store.visit(&mut |request_id, stored| {
-            store.put(request_id, &stored.decode(), None);
-            moved += 1;
-            // In steps, so a store that buffers a batch never holds all.
-            if moved.is_multiple_of(MOVE_STEP) {
-                failed = store.end_batch();
+        source.visit(&mut |request_id, stored| {
+            let receipt = stored.decode();
+            if keep(request_id, &receipt) && !self.contains_key(request_id) {
+                self.insert(request_id.to_string(), receipt);
+                copied += 1;
+                if copied.is_multiple_of(COPY_STEP) {
+                    failed = self.store.end_batch();
+                }
             }
             failed.is_ok()
         });
         failed?;
-        store.end_batch()?;
-        self.store = store;
-        Ok(())
+        self.store.end_batch()?;
+        Ok(copied)
     }
 
     /// See [`ReceiptStore::end_batch`].

@@ -176,30 +176,14 @@ impl Shadow {
             return Ok(false);
         }
         let index = self.position.index;
-        // Streamed: the replica may hold millions of receipts, on disk; a
-        // list of them all would cost their size in memory at once.
-        let receipts = &mut self.state.receipts;
-        let mut copied = 0_usize;
-        let mut failed = Ok(());
-        replica.receipts.visit(&mut |id, stored| {
-            let receipt = stored.decode();
-            if receipt.created_at_index <= index && !receipts.contains_key(id) {
-                receipts.insert(id.to_string(), receipt);
-                copied += 1;
-                if copied.is_multiple_of(RESTORE_STEP) {
-                    failed = receipts.end_batch();
-                }
-            }
-            failed.is_ok()
-        });
-        failed.and_then(|()| receipts.end_batch())?;
+        self.state
+            .receipts
+            .copy_from(&replica.receipts, |_, receipt| {
+                receipt.created_at_index <= index
+            })?;
         Ok(true)
     }
 }
-
-/// Receipts [`Shadow::restore_receipts`] copies between two commits of the
-/// shadow's receipt store.
-const RESTORE_STEP: usize = 4_096;
 
 /// How far ahead of a stored shadow's clock receipts are stored with it
 /// (those that may expire by then); a stored shadow is usable while the

@@ -122,7 +122,8 @@ impl ReceiptStore for DiskReceipts {
     }
 
     fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
-        self.table
+        let replaced = self
+            .table
             .put(
                 request_id,
                 &encode(receipt),
@@ -130,6 +131,11 @@ impl ReceiptStore for DiskReceipts {
                 receipt.settled_at_ms(),
             )
             .unwrap_or_else(|e| fail_stop(e));
+        assert_eq!(
+            replaced,
+            previous.is_some(),
+            "request id {request_id:?}: a receipt was stored over another, or a replaced one was missing"
+        );
         self.changes_since_commit += 1;
     }
 

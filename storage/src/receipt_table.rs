@@ -11,11 +11,16 @@
 //! durability comes from the snapshot and the Raft log: after a restart the
 //! table is created anew and filled from the snapshot, then the log's
 //! entries are applied on top. So the table never needs to survive a
-//! crash, and its commits skip fsync (`Durability::None`); a commit every
-//! [`DURABLE_COMMIT_INTERVAL`] is durable only because redb reuses
-//! the pages a transaction freed once a durable commit follows, which
-//! keeps the file at the size of what it holds. Each [`ReceiptTable`]
-//! lives in a file of its own, removed when the table is dropped.
+//! crash, and it never calls fsync: its file sits behind
+//! [`UnsyncedFile`], a redb storage backend whose `sync_data` does nothing.
+//! Most commits are `Durability::None`; a commit every
+//! [`DURABLE_COMMIT_INTERVAL`] is "durable" only because redb reuses the
+//! pages a transaction freed once a durable commit follows, which keeps the
+//! file at the size of what it holds. Those commits run on the apply path:
+//! an fsync there waited behind every other write on the disk (PostgreSQL's
+//! checkpoints in a soak) and held apply for up to seconds. Each
+//! [`ReceiptTable`] lives in a file of its own, removed when the table is
+//! dropped.
 //!
 //! Changes go into one write transaction that stays open until
 //! [`ReceiptTable::commit`] (a batch of applied entries); reads in between
@@ -47,6 +52,38 @@ pub const RECEIPT_TABLE_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// last durable one, so they must not pile up: at 1,000 commits between
 /// two durable ones, that walk took a tenth of a busy leader's CPU.
 pub const DURABLE_COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The table's file as redb's storage: redb's own file backend, except
+/// that `sync_data` does nothing (see the module doc: the table is a cache
+/// rebuilt at every start, so no commit needs to reach the disk).
+#[derive(Debug)]
+struct UnsyncedFile(redb::backends::FileBackend);
+
+impl redb::StorageBackend for UnsyncedFile {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+
+    fn close(&self) -> std::io::Result<()> {
+        self.0.close()
+    }
+}
 
 /// A failure of the receipt table's file.
 #[derive(Debug, thiserror::Error)]
@@ -124,10 +161,18 @@ impl ReceiptTable {
                 });
             }
         }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|error| failed(&path, "creating its file")(any(error)))?;
+        let backend = redb::backends::FileBackend::new(file)
+            .map_err(|error| failed(&path, "creating its file")(any(error)))?;
         let mut builder = redb::Builder::new();
         builder.set_cache_size(cache_bytes);
         let db = builder
-            .create(&path)
+            .create_with_backend(UnsyncedFile(backend))
             .map_err(|error| failed(&path, "creating its file")(any(error)))?;
         let table = ReceiptTable {
             db: Arc::new(db),
@@ -211,20 +256,22 @@ impl ReceiptTable {
     }
 
     /// Stores `value` under `key`, moving it in the order from
-    /// `previous_order` to `order` (`None`: not in the order).
+    /// `previous_order` to `order` (`None`: not in the order). Answers
+    /// whether `key` had a value before (redb's insert says so for free).
     pub fn put(
         &self,
         key: &str,
         value: &[u8],
         previous_order: Option<i64>,
         order: Option<i64>,
-    ) -> Result<(), ReceiptTableError> {
+    ) -> Result<bool, ReceiptTableError> {
         self.with_writer(|writer| {
-            writer
+            let replaced = writer
                 .open_table(VALUES)
                 .map_err(any)?
                 .insert(key, value)
-                .map_err(any)?;
+                .map_err(any)?
+                .is_some();
             if previous_order != order {
                 let mut ordered = writer.open_table(ORDER).map_err(any)?;
                 if let Some(previous) = previous_order {
@@ -234,7 +281,7 @@ impl ReceiptTable {
                     ordered.insert((order, key), ()).map_err(any)?;
                 }
             }
-            Ok(())
+            Ok(replaced)
         })
     }
 
