@@ -742,26 +742,37 @@ impl ClusterAdmin for AdminService {
         // Linearizable: the copy holds every write acknowledged before the
         // call (read index confirmed with a quorum, then applied here).
         self.replica.linearize().await?;
-        let (header, state_bytes) = self.replica.state.with_encoded(|applied, encoded| {
-            let (applied_index, applied_term) = applied
-                .last_applied
-                .map_or((0, 0), |id| (id.index, id.leader_id.term));
-            let header = v1::SnapshotHeader {
-                applied_index,
-                applied_term,
-                cluster_id: applied
-                    .state
-                    .cluster
-                    .as_ref()
-                    .map(|cluster| cluster.cluster_id.clone())
-                    .unwrap_or_default(),
-                state_digest: palisade_raft::backup::state_digest(encoded),
-                state_bytes: encoded.len() as u64,
-                node_id: self.replica.node_id,
-                state_encoding: palisade_raft::backup::STATE_ENCODING_JSON.to_string(),
-            };
-            (header, bytes::Bytes::copy_from_slice(encoded))
-        });
+        // Encoding is O(state): on the blocking pool, not on the runtime's
+        // few threads (Raft heartbeats run there).
+        let (state, node_id) = (self.replica.state.clone(), self.replica.node_id);
+        let encoded = palisade_raft::runtime::blocking(move || {
+            state.with_encoded(|applied, encoded| {
+                let (applied_index, applied_term) = applied
+                    .last_applied
+                    .map_or((0, 0), |id| (id.index, id.leader_id.term));
+                let header = v1::SnapshotHeader {
+                    applied_index,
+                    applied_term,
+                    cluster_id: applied
+                        .state
+                        .cluster
+                        .as_ref()
+                        .map(|cluster| cluster.cluster_id.clone())
+                        .unwrap_or_default(),
+                    state_digest: palisade_raft::backup::state_digest(encoded),
+                    state_bytes: encoded.len() as u64,
+                    node_id,
+                    state_encoding: palisade_raft::backup::STATE_ENCODING_JSON.to_string(),
+                };
+                (header, bytes::Bytes::copy_from_slice(encoded))
+            })
+        })
+        .await;
+        let (header, state_bytes) = encoded.map_err(|error| {
+            Status::internal(format!(
+                "encoding the state for the snapshot failed: {error}"
+            ))
+        })?;
         // The first message is the header; each data message is copied out
         // of the one copy of the state only when the stream gets to it.
         let first = std::iter::once(Ok(v1::SnapshotChunk {

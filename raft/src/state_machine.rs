@@ -250,18 +250,22 @@ impl StateHandle {
         self.shared.bytes.estimate()
     }
 
-    /// Encodes the applied state once for `use_encoded` (e.g. a digest),
-    /// under the read lock, and records its exact size.
+    /// Encodes the applied state once for `use_encoded` (e.g. a digest)
+    /// and records its exact size.
+    ///
+    /// The state is copied under the read lock and encoded after the lock
+    /// is released, like a snapshot build: the copy costs O(sandboxes)
+    /// (receipts are a frozen view of their table), the encoding
+    /// O(state), and apply must not wait for the latter. Encoding a
+    /// 200 MiB state under the lock held apply (and every write behind
+    /// it) for over a second each time a digest was taken.
     pub fn with_encoded<T>(&self, use_encoded: impl FnOnce(&AppliedState, &[u8]) -> T) -> T {
-        let guard = self.shared.applied.read().unwrap_or_else(poisoned);
-        // Growth is only added under the write lock: none is missed or
-        // counted twice while we hold the read lock.
-        let grown_before = self.shared.bytes.grown.load(Ordering::Relaxed);
-        let encoded = serde_json::to_vec(&guard.state).unwrap_or_default();
+        let (copy, grown_before) = copy_of(&self.shared).unwrap_or_else(|_| panic!("{POISONED}"));
+        let encoded = serde_json::to_vec(&copy.state).unwrap_or_default();
         self.shared
             .bytes
             .measured(encoded.len() as u64, grown_before);
-        use_encoded(&guard, &encoded)
+        use_encoded(&copy, &encoded)
     }
 
     /// The sandbox counts of the applied state (kept at apply: a copy of
@@ -567,8 +571,9 @@ impl LifecycleSnapshotBuilder {
     }
 }
 
-/// The state to snapshot: a copy taken under the read lock, with the
-/// growth counted up to it.
+/// The state to snapshot or encode: a copy taken under the read lock, with
+/// the growth counted up to it (growth is only added under the write lock:
+/// none is missed or counted twice).
 fn copy_of(shared: &Shared) -> io::Result<(AppliedState, u64)> {
     let guard = shared.applied.read().map_err(poisoned_io)?;
     Ok((guard.clone(), shared.bytes.grown.load(Ordering::Relaxed)))
@@ -730,21 +735,33 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         meta: &SnapshotMeta,
         snapshot: Self::SnapshotData,
     ) -> Result<(), io::Error> {
-        let mut state: State = serde_json::from_slice(&snapshot).map_err(|error| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("received snapshot does not decode: {error}"),
-            )
-        })?;
-        state.assert_invariants();
         // A table of its own: a snapshot build may still read the one the
         // replaced state used.
-        if receipts_on_disk() {
-            state
-                .receipts
-                .move_into(Box::new(self.receipt_files.create()?))
-                .map_err(io::Error::other)?;
-        }
+        let table = if receipts_on_disk() {
+            Some(self.receipt_files.create()?)
+        } else {
+            None
+        };
+        // Decoding and moving the receipts are O(snapshot): on the blocking
+        // pool, not on the runtime's few threads (Raft heartbeats run there).
+        let (state, snapshot) = crate::runtime::blocking(move || {
+            let mut state: State = serde_json::from_slice(&snapshot).map_err(|error| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("received snapshot does not decode: {error}"),
+                )
+            })?;
+            state.assert_invariants();
+            if let Some(table) = table {
+                state
+                    .receipts
+                    .move_into(Box::new(table))
+                    .map_err(io::Error::other)?;
+            }
+            Ok::<_, io::Error>((state, snapshot))
+        })
+        .await
+        .map_err(io::Error::other)??;
         self.entering_level(
             || format!("the snapshot received up to {:?}", meta.last_log_id),
             state.feature_level,
@@ -775,7 +792,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         }
         let index = meta.last_log_id.as_ref().map_or(0, |id| id.index);
         let census = Census::of(&state);
-        {
+        let replaced = {
             let mut guard = self.write()?;
             *self.shared.census.lock().map_err(poisoned_io)? = census;
             self.shared
@@ -783,12 +800,20 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 .measured
                 .store(snapshot_bytes, Ordering::Relaxed);
             self.shared.bytes.grown.store(0, Ordering::Relaxed);
-            *guard = AppliedState {
-                state,
-                last_applied: meta.last_log_id,
-                membership: meta.last_membership.clone(),
-            };
-        }
+            std::mem::replace(
+                &mut *guard,
+                AppliedState {
+                    state,
+                    last_applied: meta.last_log_id,
+                    membership: meta.last_membership.clone(),
+                },
+            )
+        };
+        // Dropping the replaced state closes its receipt table (redb writes
+        // its allocator state then): after the lock, off the runtime's threads.
+        crate::runtime::blocking(move || drop(replaced))
+            .await
+            .map_err(io::Error::other)?;
         // The changes the snapshot skipped over are unknown: watchers from
         // before it must list again.
         self.shared
