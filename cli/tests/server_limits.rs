@@ -11,11 +11,13 @@ mod support;
 use std::time::Duration;
 
 use palisade_proto::v1;
+use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_testkit::ClusterSpec;
 use palisade_testkit::gate::{self, GATE_DIR_ENV};
 use support::cluster::*;
 use support::{palisade, with_default_stop_grace};
 use tonic::Code;
+use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,6 +334,51 @@ async fn a_write_handler_waits_at_most_the_operation_wait_limit() {
     }
 }
 
+/// Creates sandbox `name` and answers its resource version.
+async fn create_named(client: &mut PalisadeClient<Channel>, name: String) -> u64 {
+    client
+        .create_sandbox(v1::CreateSandboxRequest {
+            name,
+            spec: Some(v1::SandboxSpec::default()),
+            ..Default::default()
+        })
+        .await
+        .expect("create a sandbox")
+        .into_inner()
+        .metadata
+        .expect("metadata")
+        .resource_version
+}
+
+/// Reads `stream` until a change at `last` or later (within 60 s),
+/// checking that versions only go up; answers the versions read.
+async fn read_through(
+    stream: &mut tonic::Streaming<v1::SandboxEvent>,
+    after: u64,
+    last: u64,
+) -> Vec<u64> {
+    let mut versions = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let mut previous = after;
+        loop {
+            let event = stream
+                .message()
+                .await
+                .expect("a watch event")
+                .expect("the stream goes on");
+            assert!(event.resource_version > previous, "changes in order");
+            previous = event.resource_version;
+            versions.push(previous);
+            if previous >= last {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the watcher reads every change");
+    versions
+}
+
 /// `palisade_watch_events_encoded_total` from the replica's `/metrics`.
 async fn watch_events_encoded(address: &str) -> f64 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -373,16 +420,7 @@ async fn a_change_is_encoded_once_for_all_watchers() {
     let before = watch_events_encoded(&metrics).await;
     let mut last_version = 0;
     for n in 0..SANDBOXES {
-        let created = client
-            .create_sandbox(v1::CreateSandboxRequest {
-                name: format!("watched-{n}"),
-                spec: Some(v1::SandboxSpec::default()),
-                ..Default::default()
-            })
-            .await
-            .expect("create a sandbox")
-            .into_inner();
-        last_version = created.metadata.expect("metadata").resource_version;
+        last_version = create_named(&mut client, format!("watched-{n}")).await;
     }
     // Every watcher reads every change up to the last create's answer.
     let mut changes = std::collections::BTreeSet::new();
@@ -505,4 +543,85 @@ async fn writes_waiting_for_their_operations_leave_room_for_reads() {
         })
         .await
         .expect("a write once the others ended");
+}
+
+/// Issue 13's load test: a watcher behind the shared feed had every
+/// retained change (up to 16,384) encoded for it alone, at once, and held
+/// them while it read slowly: ~3 MB per slow watcher. It now takes them a
+/// batch at a time, so reading a few changes converts a few, not all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_far_behind_takes_its_changes_a_batch_at_a_time() {
+    const CREATORS: usize = 16;
+    const CREATES_EACH: usize = 200;
+    let metrics = format!("127.0.0.1:{}", support::free_ports(1));
+    let cluster = Cluster::start(1, &["--driver", "noop", "--metrics-listen", &metrics]);
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let mut client = direct_client(&uri, Duration::from_secs(30)).await;
+    let first = create_named(&mut client, "behind-first".to_string()).await;
+    // A fast watcher keeps the shared feed moving past `first`.
+    let watch_from_first = v1::WatchSandboxesRequest {
+        resource_version: first,
+        ..Default::default()
+    };
+    let mut fast = client
+        .watch_sandboxes(watch_from_first.clone())
+        .await
+        .expect("a watch")
+        .into_inner();
+    let mut creators = tokio::task::JoinSet::new();
+    for creator in 0..CREATORS {
+        let mut client = client.clone();
+        creators.spawn(async move {
+            let mut last = 0;
+            for n in 0..CREATES_EACH {
+                last = create_named(&mut client, format!("behind-{creator}-{n}")).await;
+            }
+            last
+        });
+    }
+    let mut last = 0;
+    while let Some(created) = creators.join_next().await {
+        last = last.max(created.expect("a creator"));
+    }
+    let changes = read_through(&mut fast, first, last).await;
+    assert!(
+        changes.len() > 4_096 + 1_000,
+        "{} changes: not enough to move the shared feed past the first",
+        changes.len()
+    );
+
+    // A watcher resuming at `first` is behind the shared feed: its
+    // changes are encoded for it alone. Reading ten of them must not
+    // convert them all. Its connection has a small HTTP/2 window (64 KiB;
+    // tonic's default of 2 MiB would let ~2,300 changes leave the replica
+    // unread, hiding what the replica itself holds).
+    let channel = tonic::transport::Endpoint::from_shared(uri.clone())
+        .expect("the replica's URI")
+        .initial_stream_window_size(64 * 1024)
+        .initial_connection_window_size(64 * 1024)
+        .connect()
+        .await
+        .expect("connect");
+    let before = watch_events_encoded(&metrics).await;
+    let mut behind = PalisadeClient::new(channel)
+        .watch_sandboxes(watch_from_first)
+        .await
+        .expect("a watch")
+        .into_inner();
+    let mut read = read_through(&mut behind, first, changes[9]).await;
+    // Let the stream's task fill its queue.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let converted = watch_events_encoded(&metrics).await - before;
+    println!(
+        "{} changes retained; ten read from far behind: {converted} conversions",
+        changes.len()
+    );
+    assert!(
+        converted < 1_000.0,
+        "{converted} changes were converted for one watcher that read ten"
+    );
+    // And it still gets every change, in order, to the last.
+    read.extend(read_through(&mut behind, changes[9], last).await);
+    assert_eq!(read, changes, "the same changes as the fast watcher");
 }

@@ -1248,7 +1248,7 @@ impl Agenda {
     /// Adds the sandboxes changed since the last call.
     fn catch_up(&mut self, state: &StateHandle) {
         if let Some(index) = self.caught_up_to
-            && let Some(events) = state.events_after(index)
+            && let Some(events) = state.events_after(index, usize::MAX)
         {
             for event in events {
                 self.caught_up_to = Some(event.index);

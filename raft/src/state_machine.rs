@@ -103,14 +103,14 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// The changes after `index`, or `None` if some were already dropped
-    /// (the watcher must list again).
-    pub fn after(&self, index: u64) -> Option<Vec<SandboxEvent>> {
+    /// The first `limit` changes after `index`, or `None` if some were
+    /// already dropped (the watcher must list again).
+    pub fn after(&self, index: u64, limit: usize) -> Option<Vec<SandboxEvent>> {
         if index < self.floor {
             return None;
         }
         let start = self.events.partition_point(|event| event.index <= index);
-        Some(self.events.range(start..).cloned().collect())
+        Some(self.events.range(start..).take(limit).cloned().collect())
     }
 
     fn push(&mut self, event: SandboxEvent) {
@@ -286,13 +286,14 @@ impl StateHandle {
         self.shared.applied_index.subscribe()
     }
 
-    /// The sandbox changes after `index` (see [`EventLog::after`]).
-    pub fn events_after(&self, index: u64) -> Option<Vec<SandboxEvent>> {
+    /// The first `limit` sandbox changes after `index` (see
+    /// [`EventLog::after`]).
+    pub fn events_after(&self, index: u64, limit: usize) -> Option<Vec<SandboxEvent>> {
         self.shared
             .events
             .read()
             .unwrap_or_else(poisoned)
-            .after(index)
+            .after(index, limit)
     }
 
     /// Waits until the applied index reaches `index`.

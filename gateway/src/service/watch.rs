@@ -19,6 +19,11 @@ use crate::errors;
 /// holds its stream task until it reads again.
 const WATCH_QUEUE_DEPTH: usize = 256;
 
+/// Changes a watch stream's task takes from the feed at a time (see
+/// [`super::watch_feed::WatchFeed::after`]): with the queue, what one slow
+/// watcher holds is bounded by these two, not by how far behind it is.
+const WATCH_BATCH_EVENTS: usize = 64;
+
 /// The stream a WatchSandboxes call answers with.
 pub(super) type EventStream =
     Pin<Box<dyn Stream<Item = Result<v1::SandboxEvent, Status>> + Send + 'static>>;
@@ -106,7 +111,7 @@ pub(super) async fn sandboxes(
             from = index;
         }
         loop {
-            let Some(events) = feed.after(&state, from) else {
+            let Some(events) = feed.after(&state, from, WATCH_BATCH_EVENTS) else {
                 let _ = sender
                     .send(Err(errors::status(
                         Code::OutOfRange,
@@ -117,6 +122,7 @@ pub(super) async fn sandboxes(
                     .await;
                 return;
             };
+            let more = events.len() == WATCH_BATCH_EVENTS;
             for encoded in events {
                 from = encoded.event.resource_version;
                 if !watch_matches(
@@ -130,6 +136,10 @@ pub(super) async fn sandboxes(
                 if sender.send(Ok(encoded.event.clone())).await.is_err() {
                     return;
                 }
+            }
+            if more {
+                // A full batch: there may be more already applied.
+                continue;
             }
             tokio::select! {
                 // `biased`: deterministic for `--sim`; a gone client first.

@@ -113,16 +113,27 @@ impl WatchFeed {
         }
     }
 
-    /// The changes applied after `from`, encoded, oldest first; `None` if
-    /// some are no longer retained (the watcher must list again).
-    pub(super) fn after(&self, state: &StateHandle, from: u64) -> Option<Vec<Arc<EncodedEvent>>> {
+    /// The first `limit` changes applied after `from`, encoded, oldest
+    /// first; `None` if some are no longer retained (the watcher must list
+    /// again). A watcher takes its changes in batches of `limit`: one far
+    /// behind (up to [`WATCH_EVENTS_RETAINED_MAX`] changes, each encoded for
+    /// it alone when it is behind the shared feed) must not hold them all
+    /// while it reads slowly.
+    ///
+    /// [`WATCH_EVENTS_RETAINED_MAX`]: palisade_raft::state_machine::WATCH_EVENTS_RETAINED_MAX
+    pub(super) fn after(
+        &self,
+        state: &StateHandle,
+        from: u64,
+        limit: usize,
+    ) -> Option<Vec<Arc<EncodedEvent>>> {
         let mut encoded = self.encoded.lock().unwrap_or_else(PoisonError::into_inner);
         let (floor, top) = *encoded.range.get_or_insert((from, from));
         if from < floor {
             // Further behind than what is shared: convert for this one
             // watcher only, leaving the shared feed where it is.
             drop(encoded);
-            let events = state.events_after(from)?;
+            let events = state.events_after(from, limit)?;
             let cluster = state.read(|applied| applied.state.cluster.clone());
             return Some(
                 events
@@ -131,7 +142,7 @@ impl WatchFeed {
                     .collect(),
             );
         }
-        match state.events_after(top) {
+        match state.events_after(top, usize::MAX) {
             Some(new) => {
                 if !new.is_empty() {
                     let cluster = state.read(|applied| applied.state.cluster.clone());
@@ -159,7 +170,7 @@ impl WatchFeed {
                 encoded.range = Some((applied, applied));
                 if from < applied {
                     drop(encoded);
-                    return self.after(state, from);
+                    return self.after(state, from, limit);
                 }
             }
         }
@@ -167,12 +178,12 @@ impl WatchFeed {
         if from < floor {
             // Trimmed past `from` just now (a burst of changes).
             drop(encoded);
-            return self.after(state, from);
+            return self.after(state, from, limit);
         }
         let start = encoded
             .events
             .partition_point(|event| event.event.resource_version <= from);
-        Some(encoded.events.range(start..).cloned().collect())
+        Some(encoded.events.range(start..).take(limit).cloned().collect())
     }
 
     fn encode(
