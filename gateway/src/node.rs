@@ -436,14 +436,34 @@ pub async fn run_with_listener(
     run_with_hooks(config, driver, listener, NodeHooks::default(), shutdown).await
 }
 
+/// Connections the kernel queues for a listener before this replica
+/// accepts them (the kernel caps it at `net.core.somaxconn`). tokio's
+/// `TcpListener::bind` asks for 1,024: when 2,000 clients connected at
+/// once (`palisade-load`, or every client of a failed replica reconnecting
+/// here), the kernel dropped the SYNs beyond it, those clients waited for
+/// their SYN to be sent again one second later, and hundreds gave up at a
+/// two-second connect timeout.
+pub const LISTEN_BACKLOG_CONNECTIONS: u32 = 4_096;
+
+/// A listener on `address` with [`LISTEN_BACKLOG_CONNECTIONS`] (and, as
+/// `TcpListener::bind` does, `SO_REUSEADDR`, so a restart binds at once).
+fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    socket.listen(LISTEN_BACKLOG_CONNECTIONS)
+}
+
 /// Binds the public listener and the peer listener of `config`.
 pub async fn bind_listeners(
     config: &NodeConfig,
 ) -> Result<(TcpListener, Option<TcpListener>), NodeError> {
     let bind = |address: SocketAddr| async move {
-        TcpListener::bind(address)
-            .await
-            .map_err(|source| NodeError::Listen { address, source })
+        listen(address).map_err(|source| NodeError::Listen { address, source })
     };
     let public = bind(config.listen).await?;
     let peer = match config.peer_listen {
@@ -1340,5 +1360,42 @@ where
             drop((write_slot, in_flight));
             response
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection storm beyond tokio's default backlog (1,024) completes
+    /// its handshakes while the replica is not accepting yet; with the
+    /// default, the connections past the backlog hang on their SYN.
+    #[tokio::test]
+    async fn a_connection_storm_beyond_the_default_backlog_is_queued() {
+        const CONNECTIONS: usize = 1_500;
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut connecting = tokio::task::JoinSet::new();
+        for _ in 0..CONNECTIONS {
+            connecting.spawn(async move {
+                tokio::time::timeout(
+                    Duration::from_millis(500),
+                    tokio::net::TcpStream::connect(address),
+                )
+                .await
+            });
+        }
+        let mut connected = Vec::new();
+        while let Some(attempt) = connecting.join_next().await {
+            if let Ok(Ok(stream)) = attempt.unwrap() {
+                connected.push(stream);
+            }
+        }
+        assert_eq!(
+            connected.len(),
+            CONNECTIONS,
+            "handshakes completed before any accept"
+        );
+        drop(listener);
     }
 }
