@@ -400,6 +400,12 @@ impl Replica {
 
     /// Makes the next read linearizable: confirms leadership (read index)
     /// with a quorum and waits until the local state applied that index.
+    ///
+    /// The wait is on this replica's own applied index, not openraft's
+    /// (`ensure_linearizable`): openraft learns of an apply only when its
+    /// core task gets to the state machine's notice, and under write load
+    /// that core is busy; in the load test (`palisade-load`) reads whose
+    /// entry was applied here waited another 50-100 ms for it.
     pub async fn linearize(&self) -> Result<(), tonic::Status> {
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
@@ -417,11 +423,11 @@ impl Replica {
             let read_index = if leader == self.node_id {
                 match tokio::time::timeout(
                     remaining,
-                    self.raft.ensure_linearizable(ReadPolicy::ReadIndex),
+                    self.raft.get_read_linearizer(ReadPolicy::ReadIndex),
                 )
                 .await
                 {
-                    Ok(Ok(read_log_id)) => read_log_id.index(),
+                    Ok(Ok(linearizer)) => linearizer.read_log_id().index(),
                     Ok(Err(_)) => {
                         tokio::time::sleep(LEADER_POLL_INTERVAL.min(remaining)).await;
                         continue;

@@ -552,11 +552,13 @@ impl RaftPeer for PeerService {
         request: Request<PeerMessage>,
     ) -> Result<Response<PeerMessage>, Status> {
         let (from, ()) = self.open::<()>(request).await?;
+        // Leadership confirmed is enough: the asking follower waits for its
+        // own state to apply the index; this leader's apply is not its wait.
         let reply: ReadIndexReply = self
             .raft
-            .ensure_linearizable(openraft::ReadPolicy::ReadIndex)
+            .get_read_linearizer(openraft::ReadPolicy::ReadIndex)
             .await
-            .map(|read_log_id| read_log_id.index())
+            .map(|linearizer| linearizer.read_log_id().index())
             .map_err(|error| error.to_string());
         Ok(self.reply(from, &reply))
     }
