@@ -571,9 +571,12 @@ impl Receipts {
     ) -> Result<usize, String> {
         let mut copied = 0_usize;
         let mut failed = Ok(());
+        // `visit` yields each request id once: into an empty store (a
+        // snapshot's receipts moving to disk) nothing needs looking up.
+        let started_empty = self.is_empty();
         source.visit(&mut |request_id, stored| {
             let receipt = stored.decode();
-            if keep(request_id, &receipt) && !self.contains_key(request_id) {
+            if keep(request_id, &receipt) && (started_empty || !self.contains_key(request_id)) {
                 self.insert(request_id.to_string(), receipt);
                 copied += 1;
                 if copied.is_multiple_of(COPY_STEP) {

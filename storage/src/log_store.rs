@@ -801,10 +801,16 @@ fn purge_step<C: RaftTypeConfig>(
     log: &mut redb::Table<'_, u64, &'static [u8]>,
     entries_max: u64,
 ) -> Result<(), LogStoreError> {
-    let mut ahead = shared.purge_ahead();
-    let Some((target, target_json)) = ahead.target.as_ref().filter(|_| ahead.behind) else {
-        return Ok(());
+    // A copy, so readers (which check the purge point on every read) never
+    // wait for this step's deletes; writes are serialized by redb anyway.
+    let (target, target_json) = {
+        let ahead = shared.purge_ahead();
+        match ahead.target.as_ref().filter(|_| ahead.behind) {
+            Some((target, json)) => (*target, json.clone()),
+            None => return Ok(()),
+        }
     };
+    let target = &target;
     let mut meta = open_meta_write(txn)?;
     let first = log
         .first()
@@ -815,7 +821,7 @@ fn purge_step<C: RaftTypeConfig>(
         _ => *target,
     };
     if upto == *target {
-        write_meta_json(&mut meta, META_LAST_PURGED, target_json)?;
+        write_meta_json(&mut meta, META_LAST_PURGED, &target_json)?;
     } else {
         let stored = log
             .get(upto)
@@ -833,7 +839,12 @@ fn purge_step<C: RaftTypeConfig>(
     log.retain_in(..=upto, |_, _| false)
         .map_err(LogStoreError::database("remove log entries"))?;
     if upto == *target {
-        ahead.behind = false;
+        let mut ahead = shared.purge_ahead();
+        // Caught up only with the point this step read: a purge that moved
+        // it further meanwhile still has steps to take.
+        if ahead.target.as_ref().map(|(index, _)| *index) == Some(*target) {
+            ahead.behind = false;
+        }
     }
     Ok(())
 }
