@@ -816,8 +816,18 @@ fn purge_step<C: RaftTypeConfig>(
         .first()
         .map_err(LogStoreError::database("read the first log entry"))?
         .map(|(key, _)| key.value());
-    let upto = match first {
-        Some(first) if first <= *target => (*target).min(first.saturating_add(entries_max - 1)),
+    let last = log
+        .last()
+        .map_err(LogStoreError::database("read the last log entry"))?
+        .map(|(key, _)| key.value());
+    let upto = match (first, last) {
+        (Some(first), Some(last)) if first <= *target => {
+            let step_end = (*target).min(first.saturating_add(entries_max - 1));
+            // A step that reaches the last entry takes the rest and reaches
+            // the purge point: nothing lies between the log's end and a
+            // purge point past it (a snapshot installed beyond the log).
+            if step_end >= last { *target } else { step_end }
+        }
         _ => *target,
     };
     if upto == *target {
@@ -1262,6 +1272,41 @@ mod tests {
                 last_log_id: Some(log_id(2, purged + 1)),
             }
         );
+    }
+
+    /// Found by a chaos campaign (seed 17 of `palisade chaos run --seeds
+    /// 100 --ops 1000`): a snapshot installed past the end of a log shorter
+    /// than a purge step made the step look for an entry beyond the log's
+    /// end and report a hole, which stopped the replica for good.
+    #[tokio::test]
+    async fn a_purge_past_the_end_of_a_short_log_takes_the_rest_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = PURGE_STEP + PURGE_STEP / 2;
+        let mut store = store_with_entries(dir.path(), 0..entries).await;
+        // Inside the log: one step, entries past it stay until appends.
+        store.purge(log_id(2, entries - 10)).await.unwrap();
+        // Then past its end while the rest (fewer than a step) is left.
+        let purged = 5 * PURGE_STEP;
+        store.purge(log_id(2, purged)).await.unwrap();
+        let purged_state = LogState {
+            last_purged_log_id: Some(log_id(2, purged)),
+            last_log_id: Some(log_id(2, purged)),
+        };
+        assert_eq!(store.get_log_state().await.unwrap(), purged_state);
+        drop(store);
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.verify().unwrap(), 0, "no entry is left");
+        assert_eq!(store.get_log_state().await.unwrap(), purged_state);
+
+        // A log shorter than one step, purged past its end at once.
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_with_entries(dir.path(), 0..500).await;
+        store.purge(log_id(2, purged)).await.unwrap();
+        assert_eq!(store.get_log_state().await.unwrap(), purged_state);
+        store.blocking_append([blank(2, purged + 1)]).await.unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.verify().unwrap(), 1);
     }
 
     #[tokio::test]
