@@ -810,7 +810,6 @@ fn purge_step<C: RaftTypeConfig>(
             None => return Ok(()),
         }
     };
-    let target = &target;
     let mut meta = open_meta_write(txn)?;
     let first = log
         .first()
@@ -821,16 +820,16 @@ fn purge_step<C: RaftTypeConfig>(
         .map_err(LogStoreError::database("read the last log entry"))?
         .map(|(key, _)| key.value());
     let upto = match (first, last) {
-        (Some(first), Some(last)) if first <= *target => {
-            let step_end = (*target).min(first.saturating_add(entries_max - 1));
+        (Some(first), Some(last)) if first <= target => {
+            let step_end = target.min(first.saturating_add(entries_max - 1));
             // A step that reaches the last entry takes the rest and reaches
             // the purge point: nothing lies between the log's end and a
             // purge point past it (a snapshot installed beyond the log).
-            if step_end >= last { *target } else { step_end }
+            if step_end >= last { target } else { step_end }
         }
-        _ => *target,
+        _ => target,
     };
-    if upto == *target {
+    if upto == target {
         write_meta_json(&mut meta, META_LAST_PURGED, &target_json)?;
     } else {
         let stored = log
@@ -848,11 +847,11 @@ fn purge_step<C: RaftTypeConfig>(
     }
     log.retain_in(..=upto, |_, _| false)
         .map_err(LogStoreError::database("remove log entries"))?;
-    if upto == *target {
+    if upto == target {
         let mut ahead = shared.purge_ahead();
         // Caught up only with the point this step read: a purge that moved
         // it further meanwhile still has steps to take.
-        if ahead.target.as_ref().map(|(index, _)| *index) == Some(*target) {
+        if ahead.target.as_ref().map(|(index, _)| *index) == Some(target) {
             ahead.behind = false;
         }
     }
