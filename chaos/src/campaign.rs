@@ -483,6 +483,12 @@ async fn run_in_process(
         (Ok(_), Some(postgres)) => Some(crate::projection::check(postgres.url(), &cluster).await),
         _ => None,
     };
+    for (node, why) in cluster.unexpected_stops() {
+        history.fault(
+            checker::REPLICA_STOPPED_EVENT,
+            format!("node {node} stopped on its own: {why}"),
+        );
+    }
     cluster.shutdown().await;
     drop(postgres);
     drop(heartbeat);

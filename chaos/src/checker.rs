@@ -12,6 +12,7 @@
 //! | after healing: no operation left in flight, driver and state agree | final state, host | `operation-stuck`, `orphan-execution` |
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
 //! | a replica whose log append failed stops (fail-stop) | `storage` nemesis events | `storage-fault-ignored` |
+//! | no replica ends on its own (an error at start, a fail-stop) unless the `storage` nemesis made it | the harness's record of replicas that ended | `replica-stopped` |
 //! | after membership changes: one configuration, every member running and agreeing on it | the members' Raft metrics | `membership-invalid` |
 //! | the PostgreSQL projection equal to the state (with `--postgres`); with the `postgres` nemesis: *projection equals state after PostgreSQL faults* | projection rows; the `postgres` nemesis's stops and restarts | `projection-diverged` |
 //! | no answer the workload cannot cause (REQUEST_ID_REUSED, INVALID_*) | answers | `unexpected-answer` |
@@ -142,6 +143,11 @@ pub struct CheckStats {
     pub projection_checked: bool,
 }
 
+/// The fault event the campaign records for a replica that ended without
+/// being crashed and not after a storage fault (see
+/// [`crate::cluster::Cluster::unexpected_stops`]).
+pub const REPLICA_STOPPED_EVENT: &str = "replica-stopped-on-its-own";
+
 /// Runs every check.
 pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
     let mut anomalies = Vec::new();
@@ -165,6 +171,13 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
         "storage-not-fail-stopped",
         "storage-fault-ignored",
         "a replica whose log append failed must stop serving",
+        &mut anomalies,
+    );
+    recorded_faults_are_anomalies(
+        evidence,
+        REPLICA_STOPPED_EVENT,
+        "replica-stopped",
+        "a replica stops only when crashed or after a storage fault",
         &mut anomalies,
     );
     if let Some(Err(message)) = &evidence.membership {
@@ -829,6 +842,25 @@ mod tests {
             reply,
             attempts: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_replica_that_stopped_on_its_own_is_an_anomaly_quoting_why() {
+        let stopped = |kind: &str| FaultEvent {
+            at_us: 26_000_000,
+            kind: kind.to_string(),
+            detail: "node 3 stopped on its own: the log cannot be opened".into(),
+            injected: false,
+            ended_us: None,
+        };
+        let evidence = Evidence {
+            faults: vec![stopped(REPLICA_STOPPED_EVENT), stopped("fail-stopped")],
+            ..Evidence::default()
+        };
+        let (anomalies, _) = check(&evidence);
+        let kinds: Vec<&str> = anomalies.iter().map(|anomaly| anomaly.kind).collect();
+        assert_eq!(kinds, ["replica-stopped"], "{anomalies:?}");
+        assert!(anomalies[0].message.contains("the log cannot be opened"));
     }
 
     #[test]

@@ -159,6 +159,18 @@ pub struct Cluster {
     driver: Arc<dyn ComputeDriver>,
     link_faults: Arc<dyn LinkFaults>,
     fault_points: Arc<dyn FaultPoints>,
+    /// Replicas that ended without being crashed, and why (see
+    /// [`Cluster::unexpected_stops`]). `std` mutex, never held across an
+    /// await.
+    stops: Arc<Mutex<Vec<(NodeId, String)>>>,
+}
+
+/// Records that replica `node_id` ended on its own, and why.
+fn record_stop(stops: &Mutex<Vec<(NodeId, String)>>, node_id: NodeId, why: String) {
+    stops
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push((node_id, why));
 }
 
 fn free_port() -> Result<u16, ChaosError> {
@@ -218,6 +230,7 @@ impl Cluster {
             driver,
             link_faults,
             fault_points,
+            stops: Arc::default(),
         };
         for node_id in cluster.node_ids() {
             cluster.start_replica(node_id)?;
@@ -376,6 +389,7 @@ impl Cluster {
         let driver = self.driver.clone();
         let addr = slot.addr;
         let (crash, crashed) = oneshot::channel::<()>();
+        let stops = self.stops.clone();
         if let Some(net) = &self.config.sim {
             let incoming = net.listen(&addr.to_string());
             tokio::task::spawn_local(async move {
@@ -383,9 +397,9 @@ impl Cluster {
                     biased;
                     _ = crashed => debug!(node = node_id, "replica stopped"),
                     result = palisade_gateway::node::run_simulated(config, driver, incoming, hooks, std::future::pending()) => {
-                        if let Err(error) = result {
-                            warn!(node = node_id, error = %format!("{error:#}"), "replica stopped");
-                        }
+                        let why = ended_why(result);
+                        warn!(node = node_id, why, "replica stopped");
+                        record_stop(&stops, node_id, why);
                     }
                 }
             });
@@ -417,15 +431,19 @@ impl Cluster {
                     let listener = match bind(addr).await {
                         Ok(listener) => listener,
                         Err(error) => {
-                            warn!(node = node_id, %error, "replica cannot bind its port");
+                            let why = format!(
+                                "it cannot bind its port {addr} (waited up to {REBIND_WAIT_MAX:?}): {error}"
+                            );
+                            warn!(node = node_id, why, "replica stopped");
+                            record_stop(&stops, node_id, why);
                             return;
                         }
                     };
                     tokio::select! {
                         result = run_with_hooks(config, driver, listener, hooks, std::future::pending()) => {
-                            if let Err(error) = result {
-                                warn!(node = node_id, error = %format!("{error:#}"), "replica stopped");
-                            }
+                            let why = ended_why(result);
+                            warn!(node = node_id, why, "replica stopped");
+                            record_stop(&stops, node_id, why);
                         }
                         _ = crashed => debug!(node = node_id, "replica crashed"),
                     }
@@ -492,6 +510,11 @@ impl Cluster {
     /// A replica's address (`host:port`, as the membership holds it).
     pub fn addr(&self, node_id: NodeId) -> Option<String> {
         self.slot(node_id).map(|slot| slot.addr.to_string())
+    }
+
+    /// A replica's data directory (its Raft log, snapshots and receipts).
+    pub fn data_dir(&self, node_id: NodeId) -> Option<PathBuf> {
+        self.slot(node_id).map(|slot| slot.data_dir.clone())
     }
 
     /// The wall clock of a replica (see [`crate::clock::SkewedClock`]).
@@ -571,6 +594,42 @@ impl Cluster {
                         .is_some_and(std::thread::JoinHandle::is_finished)
                 })
         })
+    }
+
+    /// Replicas that ended on their own (an error at start, a fail-stop,
+    /// a port that stayed taken), with why, in the order they ended; less
+    /// those [`Cluster::expect_stop`] took.
+    pub fn unexpected_stops(&self) -> Vec<(NodeId, String)> {
+        self.stops
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Takes the stops of `node_id` recorded so far: they were expected
+    /// (the `storage` nemesis made the replica fail-stop). Answers them.
+    pub fn expect_stop(&self, node_id: NodeId) -> Vec<String> {
+        let mut stops = self
+            .stops
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (taken, kept) = std::mem::take(&mut *stops)
+            .into_iter()
+            .partition(|(node, _)| *node == node_id);
+        *stops = kept;
+        taken.into_iter().map(|(_, why)| why).collect()
+    }
+
+    /// Why `node_id` is not serving, when it ended on its own (the last
+    /// reason recorded for it).
+    pub fn why_stopped(&self, node_id: NodeId) -> Option<String> {
+        self.stops
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .rev()
+            .find(|(node, _)| *node == node_id)
+            .map(|(_, why)| why.clone())
     }
 
     /// The storage faults the replicas run behind, if any.
@@ -748,6 +807,14 @@ impl Cluster {
         for node_id in every {
             self.crash(node_id).await;
         }
+    }
+}
+
+/// Why a replica's run ended (it was not crashed).
+fn ended_why<E: std::fmt::Display>(result: Result<(), E>) -> String {
+    match result {
+        Ok(()) => "its run returned without a crash or an error".to_string(),
+        Err(error) => format!("{error:#}"),
     }
 }
 

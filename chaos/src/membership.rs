@@ -79,7 +79,12 @@ pub fn check(cluster: &Cluster, voters_min: usize) -> Result<(), String> {
     let members: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
     for member in &members {
         let Some(raft) = cluster.raft(*member) else {
-            return Err(format!("member {member} is not running at the end"));
+            return Err(match cluster.why_stopped(*member) {
+                Some(why) => {
+                    format!("member {member} is not running at the end: it stopped: {why}")
+                }
+                None => format!("member {member} is not running at the end"),
+            });
         };
         let view = raft
             .metrics()

@@ -853,6 +853,11 @@ impl Nemesis {
             if self.cluster.is_paused(node) {
                 self.cluster.resume(node);
             }
+            if self.cluster.has_stopped(node) {
+                // It ended on its own (the campaign reports it as
+                // `replica-stopped`); a restart lets the other checks run.
+                self.cluster.crash(node).await;
+            }
             if !self.cluster.is_running(node) {
                 self.restart(node);
             }

@@ -183,8 +183,11 @@ impl Nemesis {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 if self.cluster.has_stopped(node) {
-                    self.history
-                        .fault("fail-stopped", format!("node {node} stopped on its own"));
+                    let why = self.cluster.expect_stop(node).join("; ");
+                    self.history.fault(
+                        "fail-stopped",
+                        format!("node {node} stopped on its own: {why}"),
+                    );
                 } else {
                     self.history.fault(
                         "storage-not-fail-stopped",
