@@ -32,6 +32,7 @@
 //! before stores existed, so older snapshots load unchanged). Apply sees a
 //! store only through [`ReceiptStore`]: no IO in `lifecycle`.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -699,8 +700,71 @@ impl Serialize for Receipts {
     }
 }
 
+thread_local! {
+    /// The store the next [`Receipts`] decoded on this thread goes into
+    /// (see [`Receipts::decode_into`]); `None`: into memory.
+    static DECODE_INTO: RefCell<Option<Box<dyn ReceiptStore>>> = const { RefCell::new(None) };
+}
+
+impl Receipts {
+    /// Runs `decode` (which decodes a state, or anything holding one
+    /// [`Receipts`]) so that the receipts it decodes go straight into
+    /// `store`, one at a time, instead of into memory first: a snapshot of
+    /// millions of receipts then decodes in memory that does not grow with
+    /// them. Answers `decode`'s result and `store` back if nothing decoded
+    /// receipts (for example a state without the field).
+    ///
+    /// The store is handed over through a thread-local because serde has
+    /// no way to pass it down through the state's derived `Deserialize`;
+    /// `decode` must run on this thread (it is a plain closure).
+    pub fn decode_into<T>(
+        store: Box<dyn ReceiptStore>,
+        decode: impl FnOnce() -> T,
+    ) -> (T, Option<Box<dyn ReceiptStore>>) {
+        DECODE_INTO.with(|cell| *cell.borrow_mut() = Some(store));
+        let decoded = decode();
+        let unused = DECODE_INTO.with(|cell| cell.borrow_mut().take());
+        (decoded, unused)
+    }
+}
+
+/// Decodes the JSON map of receipts into a store, one entry at a time.
+struct IntoStore(Box<dyn ReceiptStore>);
+
+impl<'de> serde::de::Visitor<'de> for IntoStore {
+    type Value = Receipts;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a map of request receipts by request id")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Receipts, A::Error> {
+        let mut receipts = Receipts {
+            store: self.0,
+            len: 0,
+            per_workspace: BTreeMap::new(),
+        };
+        while let Some((request_id, receipt)) = map.next_entry::<String, Receipt>()? {
+            if receipts.contains_key(&request_id) {
+                return Err(serde::de::Error::custom(format!(
+                    "request id {request_id:?} has two receipts"
+                )));
+            }
+            receipts.insert(request_id, receipt);
+            if receipts.len.is_multiple_of(COPY_STEP) {
+                receipts.end_batch().map_err(serde::de::Error::custom)?;
+            }
+        }
+        receipts.end_batch().map_err(serde::de::Error::custom)?;
+        Ok(receipts)
+    }
+}
+
 impl<'de> Deserialize<'de> for Receipts {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if let Some(store) = DECODE_INTO.with(|cell| cell.borrow_mut().take()) {
+            return deserializer.deserialize_map(IntoStore(store));
+        }
         let by_id = BTreeMap::<String, Receipt>::deserialize(deserializer)?;
         Ok(by_id.into_iter().collect())
     }

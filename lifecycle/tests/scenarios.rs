@@ -1413,6 +1413,94 @@ fn receipts_keep_a_compact_outcome_and_old_ones_still_decode() {
     );
 }
 
+/// A store that counts what is put into it (receipts decoding into it).
+#[derive(Debug, Default)]
+struct CountingStore {
+    inner: MemoryReceipts,
+    puts: std::sync::Arc<AtomicU64>,
+}
+
+impl ReceiptStore for CountingStore {
+    fn get(&self, request_id: &str) -> Option<Receipt> {
+        self.inner.get(request_id)
+    }
+    fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
+        self.puts.fetch_add(1, Ordering::Relaxed);
+        self.inner.put(request_id, receipt, previous)
+    }
+    fn remove(&mut self, request_id: &str, previous: &Receipt) {
+        self.inner.remove(request_id, previous)
+    }
+    fn settled_up_to(&self, settled_at_ms_max: i64, limit: usize) -> Vec<String> {
+        self.inner.settled_up_to(settled_at_ms_max, limit)
+    }
+    fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        self.inner.visit(visit)
+    }
+    fn copy(&self) -> Box<dyn ReceiptStore> {
+        self.inner.copy()
+    }
+}
+
+/// A snapshot's receipts decode straight into the store they will live in
+/// (a replica's on-disk table), never all into memory first; a state
+/// without receipts hands the store back; a receipt given twice is refused.
+#[test]
+fn a_snapshots_receipts_decode_straight_into_their_store() {
+    let mut log = Log::new();
+    log.apply(create("a1", "one")).unwrap();
+    log.apply(launched("a1", 1)).unwrap();
+    for n in 0..50 {
+        log.apply(Command::BeginStop {
+            target: by_name("one"),
+            expected_execution: None,
+            request: RequestMeta {
+                id: format!("stop-{n}"),
+                payload_digest: "d".into(),
+                time_ms: EPOCH_MS,
+            },
+        })
+        .unwrap();
+    }
+    let expected = log.state.receipts.len();
+    assert!(expected >= 50);
+    let json = serde_json::to_vec(&log.state).unwrap();
+
+    let puts = std::sync::Arc::new(AtomicU64::new(0));
+    let store = CountingStore {
+        inner: MemoryReceipts::default(),
+        puts: puts.clone(),
+    };
+    let (decoded, unused) =
+        Receipts::decode_into(Box::new(store), || serde_json::from_slice::<State>(&json));
+    let decoded = decoded.unwrap();
+    assert!(unused.is_none(), "the receipts went into the store");
+    assert_eq!(puts.load(Ordering::Relaxed), expected as u64);
+    assert_eq!(decoded.receipts.len(), expected);
+    assert_eq!(decoded.receipts.count_in(DEFAULT_WORKSPACE), expected);
+    assert_eq!(decoded.receipts, log.state.receipts);
+    decoded.assert_invariants();
+
+    // Without the field: the store comes back, unused.
+    let mut value = serde_json::to_value(&log.state).unwrap();
+    value.as_object_mut().unwrap().remove("receipts");
+    let (decoded, unused) = Receipts::decode_into(Box::new(MemoryReceipts::default()), || {
+        serde_json::from_value::<State>(value)
+    });
+    assert!(decoded.unwrap().receipts.is_empty());
+    assert!(unused.is_some());
+
+    // A request id twice in the map (JSON allows it; a snapshot never
+    // holds it): an error, not a receipt silently replaced.
+    let text = String::from_utf8(json).unwrap();
+    let twice = text.replacen("\"stop-1\":", "\"stop-0\":", 1);
+    let (decoded, _) = Receipts::decode_into(Box::new(MemoryReceipts::default()), || {
+        serde_json::from_str::<State>(&twice)
+    });
+    let error = decoded.unwrap_err().to_string();
+    assert!(error.contains("two receipts"), "{error}");
+}
+
 /// Expiry walks the settlement index: the receipts still kept and the
 /// indexes stay consistent however receipts settle and expire.
 #[test]

@@ -43,13 +43,13 @@ use futures::StreamExt;
 use openraft::entry::RaftEntry;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
-use palisade_lifecycle::{Census, LogPosition, Outcome, State};
+use palisade_lifecycle::{Census, LogPosition, Outcome, Receipts, State};
 use palisade_storage::{Saved, SnapshotFiles};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::hooks::{FaultPoint, FaultPoints};
-use crate::receipt_store::ReceiptFiles;
+use crate::receipt_store::{DiskReceipts, ReceiptFiles};
 use crate::types::{
     LogId, NodeId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -333,17 +333,17 @@ impl LifecycleStateMachine {
             Some((_, data)) => data.len() as u64,
             None => encoded_bytes(&State::default()),
         };
+        let table = if receipts_on_disk() {
+            Some(receipt_files.create()?)
+        } else {
+            None
+        };
         let applied = match loaded {
             Some((meta, data)) => {
-                let state: State = serde_json::from_slice(&data).map_err(|error| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!(
-                            "snapshot in {} does not decode: {error}",
-                            snapshot_dir.display()
-                        ),
-                    )
+                let state = decode_state(&data, table, || {
+                    format!("snapshot in {} does not decode", snapshot_dir.display())
                 })?;
+                drop(data);
                 state.assert_invariants();
                 AppliedState {
                     state,
@@ -351,16 +351,18 @@ impl LifecycleStateMachine {
                     membership: meta.last_membership,
                 }
             }
-            None => AppliedState::default(),
+            None => {
+                let mut applied = AppliedState::default();
+                if let Some(table) = table {
+                    applied
+                        .state
+                        .receipts
+                        .move_into(Box::new(table))
+                        .map_err(io::Error::other)?;
+                }
+                applied
+            }
         };
-        let mut applied = applied;
-        if receipts_on_disk() {
-            applied
-                .state
-                .receipts
-                .move_into(Box::new(receipt_files.create()?))
-                .map_err(io::Error::other)?;
-        }
         let census = Census::of(&applied.state);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
@@ -507,6 +509,31 @@ fn sandbox_event(
 /// receipts stay in memory (the same apply, the same JSON).
 fn receipts_on_disk() -> bool {
     !crate::runtime::is_simulated()
+}
+
+/// Decodes a snapshot's state. With `table`, its receipts go into the
+/// table one by one as they are decoded ([`Receipts::decode_into`]), never
+/// all in memory at once: installing or restarting from a snapshot of a
+/// million receipts does not hold a million receipts in memory.
+fn decode_state(
+    data: &[u8],
+    table: Option<DiskReceipts>,
+    what: impl FnOnce() -> String,
+) -> io::Result<State> {
+    let undecodable = |error: serde_json::Error| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("{}: {error}", what()))
+    };
+    let Some(table) = table else {
+        return serde_json::from_slice(data).map_err(undecodable);
+    };
+    let (decoded, unused) =
+        Receipts::decode_into(Box::new(table), || serde_json::from_slice::<State>(data));
+    let mut state = decoded.map_err(undecodable)?;
+    if let Some(table) = unused {
+        // A state without receipts (the field is optional): still on disk.
+        state.receipts.move_into(table).map_err(io::Error::other)?;
+    }
+    Ok(state)
 }
 
 fn encode_state(state: &State) -> io::Result<Vec<u8>> {
@@ -746,19 +773,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         // Decoding and moving the receipts are O(snapshot): on the blocking
         // pool, not on the runtime's few threads (Raft heartbeats run there).
         let (state, snapshot) = crate::runtime::blocking(move || {
-            let mut state: State = serde_json::from_slice(&snapshot).map_err(|error| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("received snapshot does not decode: {error}"),
-                )
+            let state = decode_state(&snapshot, table, || {
+                "received snapshot does not decode".to_string()
             })?;
             state.assert_invariants();
-            if let Some(table) = table {
-                state
-                    .receipts
-                    .move_into(Box::new(table))
-                    .map_err(io::Error::other)?;
-            }
             Ok::<_, io::Error>((state, snapshot))
         })
         .await

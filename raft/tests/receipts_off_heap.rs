@@ -18,10 +18,17 @@ use palisade_raft::receipt_store::ReceiptFiles;
 struct Counting;
 
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+/// The most `LIVE_BYTES` reached since it was last reset.
+static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
+
+fn grew(bytes: i64) {
+    let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        grew(layout.size() as i64);
         unsafe { System.alloc(layout) }
     }
 
@@ -31,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        grew(new_size as i64 - layout.size() as i64);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -89,12 +96,9 @@ fn live_mib() -> f64 {
     LIVE_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
 }
 
-#[test]
-fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = ReceiptFiles::open(dir.path())
-        .unwrap()
-        .with_cache_bytes(CACHE_BYTES);
+/// A state with one running sandbox and `count` receipts in a table in
+/// `files`.
+fn replica_with_receipts(files: &mut ReceiptFiles, count: u64) -> Replica {
     let mut replica = Replica {
         state: State::new(),
         index: 0,
@@ -104,7 +108,20 @@ fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
         .receipts
         .move_into(Box::new(files.create().unwrap()))
         .unwrap();
-    replica.apply(Command::BeginCreate {
+    replica.apply(create_demo());
+    replica.apply(launched_demo());
+    for n in 0..count {
+        replica.start_again(n);
+        if n % 100 == 99 {
+            replica.state.receipts.end_batch().unwrap();
+        }
+    }
+    replica.state.receipts.end_batch().unwrap();
+    replica
+}
+
+fn create_demo() -> Command {
+    Command::BeginCreate {
         id: "a1".into(),
         workspace: DEFAULT_WORKSPACE.into(),
         name: "demo".into(),
@@ -121,8 +138,11 @@ fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
             payload_digest: "create".into(),
             time_ms: EPOCH_MS,
         },
-    });
-    replica.apply(Command::CompleteLaunch {
+    }
+}
+
+fn launched_demo() -> Command {
+    Command::CompleteLaunch {
         sandbox_id: "a1".into(),
         of: CompletionOf::UNBOUND,
         generation: 1,
@@ -130,7 +150,72 @@ fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
             handle: "pid=1".into(),
             driver: "test".into(),
         },
-    });
+    }
+}
+
+/// A replica restarting from a snapshot of many receipts (or installing
+/// one) decodes them straight into its table: its heap holds the
+/// snapshot's bytes while they are read, not every receipt as well.
+/// The heap counters are the process's: one measuring test at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_snapshot_of_many_receipts_opens_without_holding_them_in_memory() {
+    const SNAPSHOT_RECEIPTS: u64 = 120_000;
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let source = tempfile::tempdir().unwrap();
+    let mut files = ReceiptFiles::open(source.path())
+        .unwrap()
+        .with_cache_bytes(CACHE_BYTES);
+    let replica = replica_with_receipts(&mut files, SNAPSHOT_RECEIPTS);
+    let data = serde_json::to_vec(&replica.state).unwrap();
+    let data_mib = data.len() as f64 / (1024.0 * 1024.0);
+    let snapshot_dir = tempfile::tempdir().unwrap();
+    let meta = palisade_raft::SnapshotMeta {
+        last_log_id: Some(palisade_raft::LogId::new(1.into(), replica.index)),
+        last_membership: Default::default(),
+    };
+    palisade_storage::SnapshotFiles::<palisade_raft::SnapshotMeta>::open(snapshot_dir.path())
+        .unwrap()
+        .save(&meta, &data)
+        .unwrap();
+    drop((replica, data, files));
+
+    let before = live_mib();
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+    let machine = palisade_raft::LifecycleStateMachine::open(snapshot_dir.path()).unwrap();
+    let peak = PEAK_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0);
+    let state = machine.handle();
+    assert_eq!(
+        state.read(|applied| applied.state.receipts.len()) as u64,
+        SNAPSHOT_RECEIPTS + 1
+    );
+    let above = peak - before - data_mib;
+    let cache_mib =
+        palisade_storage::receipt_table::RECEIPT_TABLE_CACHE_BYTES as f64 / (1024.0 * 1024.0);
+    eprintln!(
+        "opened a snapshot of {data_mib:.1} MiB ({SNAPSHOT_RECEIPTS} receipts): heap peak {above:+.1} MiB above the snapshot's bytes (table cache {cache_mib:.0} MiB)"
+    );
+    // The table may cache up to its cache size; receipts decoded into
+    // memory first cost ~0.6 KiB each on top: ~100 MiB in all here.
+    assert!(
+        above < cache_mib + 8.0,
+        "opening a snapshot of {SNAPSHOT_RECEIPTS} receipts peaked {above:.1} MiB above its {data_mib:.1} MiB of bytes; its receipts must go to disk as they decode"
+    );
+}
+
+#[test]
+fn receipts_kept_by_a_replica_do_not_grow_its_heap() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = ReceiptFiles::open(dir.path())
+        .unwrap()
+        .with_cache_bytes(CACHE_BYTES);
+    let mut replica = replica_with_receipts(&mut files, 0);
     // Warm up: the table's cache fills, the state's maps reach size.
     for n in 0..5_000 {
         replica.start_again(n);
