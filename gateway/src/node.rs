@@ -780,7 +780,9 @@ async fn serve_replica(
             .tls_config(tls.public_server())
             .map_err(|error| NodeError::Tls(format!("public listener: {error}")))?;
     }
-    let mut peer_service = PeerService::new(raft.clone());
+    // Snapshots being received are spooled next to the replica's own.
+    let mut peer_service =
+        PeerService::new(raft.clone()).with_spool_dir(config.data_dir.join(SNAPSHOT_DIR));
     if config.tls.is_some() {
         peer_service = peer_service.with_certificate_identity();
     }

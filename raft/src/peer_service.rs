@@ -23,10 +23,11 @@
 //!   it. A replica learns of a new member when it replicates the membership
 //!   entry that adds it; until then that member's messages are refused and
 //!   its sender backs off and retries.
-//! - Reassembling snapshots: chunks are collected up to the size the first
-//!   chunk announced (at most [`SNAPSHOT_BYTES_MAX`]) and installed only when
-//!   exactly that many bytes arrived, so a transfer cut short is never
-//!   installed.
+//! - Reassembling snapshots: chunks are written to a spool file as they
+//!   arrive (never all in memory), up to the size the first chunk announced
+//!   (at most [`SNAPSHOT_BYTES_MAX`]), and installed only when exactly that
+//!   many bytes arrived, so a transfer cut short is never installed (its
+//!   spool file has no name and goes with it).
 //!
 //! # Decisions
 //!
@@ -56,6 +57,7 @@ use openraft::type_config::alias::WatchReceiverOf;
 use palisade_lifecycle::Command;
 use palisade_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use palisade_proto::peer::{PeerMessage, SnapshotChunk};
+use palisade_storage::SnapshotSpool;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Semaphore;
@@ -66,9 +68,9 @@ use crate::network::{
     SnapshotHeader, SnapshotReply, StreamAppendReply, TransferLeaderReply, VoteReply, decode,
     encode,
 };
-use crate::types::{NodeId, Raft, Snapshot, StoredMembership, TypeConfig};
+use crate::types::{NodeId, Raft, Snapshot, SnapshotData, StoredMembership, TypeConfig};
 
-/// Snapshots this replica receives at once. Each is held in memory until
+/// Snapshots this replica receives at once. Each is spooled to disk until
 /// installed; two let a new leader's transfer start while a deposed
 /// leader's is still winding down.
 pub const SNAPSHOT_RECEIVES_CONCURRENT_MAX: usize = 2;
@@ -86,8 +88,11 @@ pub struct PeerService {
     /// and a message claiming another `from_node` is refused. Off only in
     /// the plaintext (`--insecure`) mode, where `from_node` is believed.
     identity_from_certificate: bool,
-    /// Bounds concurrent snapshot receptions (and so their memory).
+    /// Bounds concurrent snapshot receptions (and so their disk use).
     snapshot_receives: Arc<Semaphore>,
+    /// Where snapshots being received are written (the replica's snapshot
+    /// directory); `None`: the system's temporary directory.
+    spool_dir: Option<std::path::PathBuf>,
 }
 
 impl PeerService {
@@ -103,7 +108,16 @@ impl PeerService {
             senders,
             identity_from_certificate: false,
             snapshot_receives: Arc::new(Semaphore::new(SNAPSHOT_RECEIVES_CONCURRENT_MAX)),
+            spool_dir: None,
         }
+    }
+
+    /// The same service, writing snapshots being received into files in
+    /// `dir` (give the replica's snapshot directory: a large snapshot then
+    /// lands on the data volume, not on a small or memory-backed `/tmp`).
+    pub fn with_spool_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.spool_dir = Some(dir.into());
+        self
     }
 
     /// The same service, taking each sender's node id from its TLS client
@@ -166,7 +180,7 @@ impl PeerService {
         &self,
         mut chunks: Streaming<SnapshotChunk>,
         certified: Option<NodeId>,
-    ) -> Result<(NodeId, SnapshotHeader, Vec<u8>), Status> {
+    ) -> Result<(NodeId, SnapshotHeader, SnapshotData), Status> {
         let first = next_chunk(&mut chunks)
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
@@ -181,13 +195,15 @@ impl PeerService {
                 header.size_bytes
             )));
         }
-        // Bounded by SNAPSHOT_BYTES_MAX just above, from an admitted member.
-        let size = usize::try_from(header.size_bytes)
-            .map_err(|_| Status::invalid_argument("snapshot size does not fit in memory"))?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(size).map_err(|_| {
-            Status::resource_exhausted(format!("cannot allocate {size} bytes for a snapshot"))
-        })?;
+        let size = header.size_bytes;
+        let spool_dir = self.spool_dir.clone();
+        let mut spool =
+            crate::runtime::blocking(move || SnapshotSpool::new_in(spool_dir.as_deref()))
+                .await
+                .and_then(|spool| spool)
+                .map_err(|error| {
+                    Status::resource_exhausted(format!("cannot spool a snapshot to disk: {error}"))
+                })?;
 
         let mut chunk = Some(first);
         let mut is_first = true;
@@ -202,21 +218,30 @@ impl PeerService {
                     return Err(Status::invalid_argument("snapshot header on a later chunk"));
                 }
             }
-            if piece.data.len() > size - data.len() {
+            if piece.data.len() as u64 > size - spool.len() {
                 return Err(Status::invalid_argument(format!(
                     "snapshot stream carries more than the announced {size} bytes"
                 )));
             }
-            data.extend_from_slice(&piece.data);
+            // Written off the runtime's threads (Raft heartbeats run there).
+            spool = crate::runtime::blocking(move || spool.write(&piece.data).map(|()| spool))
+                .await
+                .and_then(|written| written)
+                .map_err(|error| {
+                    Status::resource_exhausted(format!("cannot spool a snapshot to disk: {error}"))
+                })?;
             is_first = false;
             chunk = next_chunk(&mut chunks).await?;
         }
-        if data.len() != size {
+        if spool.len() != size {
             return Err(Status::invalid_argument(format!(
                 "snapshot stream ended after {} of {size} bytes; nothing installed",
-                data.len()
+                spool.len()
             )));
         }
+        let data = spool.finish().map_err(|error| {
+            Status::resource_exhausted(format!("cannot spool a snapshot to disk: {error}"))
+        })?;
 
         Ok((from, header, data))
     }

@@ -328,9 +328,9 @@ impl LifecycleStateMachine {
     pub fn open(snapshot_dir: &Path) -> io::Result<Self> {
         let snapshots = SnapshotFiles::<SnapshotMeta>::open(snapshot_dir)?;
         let mut receipt_files = ReceiptFiles::open(snapshot_dir)?;
-        let loaded = snapshots.load()?;
+        let loaded = snapshots.open_current()?;
         let measured = match &loaded {
-            Some((_, data)) => data.len() as u64,
+            Some((_, data)) => data.len(),
             None => encoded_bytes(&State::default()),
         };
         let table = if receipts_on_disk() {
@@ -343,7 +343,6 @@ impl LifecycleStateMachine {
                 let state = decode_state(&data, table, || {
                     format!("snapshot in {} does not decode", snapshot_dir.display())
                 })?;
-                drop(data);
                 state.assert_invariants();
                 AppliedState {
                     state,
@@ -516,18 +515,20 @@ fn receipts_on_disk() -> bool {
 /// all in memory at once: installing or restarting from a snapshot of a
 /// million receipts does not hold a million receipts in memory.
 fn decode_state(
-    data: &[u8],
+    data: &SnapshotData,
     table: Option<DiskReceipts>,
     what: impl FnOnce() -> String,
 ) -> io::Result<State> {
     let undecodable = |error: serde_json::Error| {
         io::Error::new(io::ErrorKind::InvalidData, format!("{}: {error}", what()))
     };
+    let reader = io::BufReader::with_capacity(DECODE_BUFFER_BYTES, data.reader());
     let Some(table) = table else {
-        return serde_json::from_slice(data).map_err(undecodable);
+        return serde_json::from_reader(reader).map_err(undecodable);
     };
-    let (decoded, unused) =
-        Receipts::decode_into(Box::new(table), || serde_json::from_slice::<State>(data));
+    let (decoded, unused) = Receipts::decode_into(Box::new(table), || {
+        serde_json::from_reader::<_, State>(reader)
+    });
     let mut state = decoded.map_err(undecodable)?;
     if let Some(table) = unused {
         // A state without receipts (the field is optional): still on disk.
@@ -536,9 +537,8 @@ fn decode_state(
     Ok(state)
 }
 
-fn encode_state(state: &State) -> io::Result<Vec<u8>> {
-    serde_json::to_vec(state).map_err(io::Error::other)
-}
+/// Buffer between a snapshot's file and the decoder.
+const DECODE_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Builds a snapshot from a copy of the state taken under the read lock, so
 /// serialization and the disk write run concurrently with apply.
@@ -567,20 +567,24 @@ impl LifecycleSnapshotBuilder {
         let snapshots = self.snapshots.clone();
         let shared = self.shared.clone();
         crate::runtime::blocking(move || {
-            let data = encode_state(&copy.state)?;
-            shared.bytes.measured(data.len() as u64, grown_before);
-            if data.len() as u64 > STATE_BYTES_MAX {
+            let meta = SnapshotMeta {
+                last_log_id: copy.last_applied,
+                last_membership: copy.membership,
+            };
+            // Encoded straight into the file: the snapshot is never all in
+            // memory (see `palisade_storage::snapshot_bytes`).
+            let (saved, data) = snapshots.save_streamed(&meta, |out| {
+                serde_json::to_writer(out, &copy.state).map_err(io::Error::other)
+            })?;
+            shared.bytes.measured(data.len(), grown_before);
+            if data.len() > STATE_BYTES_MAX {
                 tracing::warn!(
                     state_bytes = data.len(),
                     limit = STATE_BYTES_MAX,
                     "the state is above its byte budget; writes that grow it are refused until it shrinks"
                 );
             }
-            let meta = SnapshotMeta {
-                last_log_id: copy.last_applied,
-                last_membership: copy.membership,
-            };
-            if let Saved::KeptInPlace { in_place } = snapshots.save(&meta, &data)? {
+            if let Saved::KeptInPlace { in_place } = saved {
                 // openraft ignores a built snapshot older than its current
                 // one, so answering with this one is harmless.
                 tracing::info!(
@@ -794,11 +798,15 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         // Persist first: if we crash after the rename, the restart restores
         // this snapshot; before it, the old snapshot plus the log.
         let snapshots = self.snapshots.clone();
-        let snapshot_bytes = snapshot.len() as u64;
+        let snapshot_bytes = snapshot.len();
         let (meta_copy, data) = (meta.clone(), snapshot);
-        let saved = crate::runtime::blocking(move || snapshots.save(&meta_copy, &data))
-            .await
-            .map_err(io::Error::other)??;
+        let (saved, _) = crate::runtime::blocking(move || {
+            snapshots.save_streamed(&meta_copy, |out| {
+                io::copy(&mut data.reader(), out).map(|_| ())
+            })
+        })
+        .await
+        .map_err(io::Error::other)??;
         if let Saved::KeptInPlace { in_place } = saved {
             // openraft installs only snapshots past what this replica
             // applied, so this is not expected; the newer file is the one a
@@ -847,7 +855,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
         let snapshots = self.snapshots.clone();
-        let loaded = crate::runtime::blocking(move || snapshots.load())
+        let loaded = crate::runtime::blocking(move || snapshots.open_current())
             .await
             .map_err(io::Error::other)??;
         Ok(loaded.map(|(meta, data)| Snapshot {
@@ -882,7 +890,8 @@ mod tests {
             last_log_id: Some(log_id(2, 200)),
             last_membership: StoredMembership::default(),
         };
-        let data = encode_state(&State::default()).unwrap();
+        let data = SnapshotData::from_slice(&serde_json::to_vec(&State::default()).unwrap(), None)
+            .unwrap();
         machine.install_snapshot(&installed, data).await.unwrap();
         let built = builder.persist(copy).await.unwrap();
         assert_eq!(built.meta.last_log_id, Some(log_id(1, 100)));

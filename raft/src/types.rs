@@ -29,8 +29,9 @@ pub type Entry = openraft::alias::EntryOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 /// Snapshot metadata.
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-/// Bytes of a serialized snapshot.
-pub type SnapshotData = Vec<u8>;
+/// Bytes of a serialized snapshot, in a file (never all in memory: see
+/// `palisade_storage::snapshot_bytes`).
+pub type SnapshotData = palisade_storage::SnapshotBytes;
 /// A snapshot.
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 /// Stored membership.

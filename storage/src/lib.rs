@@ -47,6 +47,7 @@ pub mod log_store;
 pub mod planted;
 pub mod receipt_table;
 mod record;
+pub mod snapshot_bytes;
 pub mod snapshot_files;
 
 #[cfg(test)]
@@ -62,6 +63,7 @@ pub use log_store::LogStore;
 pub use log_store::LogTimings;
 pub use log_store::READ_BATCH_BYTES_MAX;
 pub use receipt_table::{ReceiptTable, ReceiptTableError, ReceiptView};
+pub use snapshot_bytes::{SnapshotBytes, SnapshotReader, SnapshotSpool};
 pub use snapshot_files::SNAPSHOT_FILE_NAME;
 pub use snapshot_files::Saved;
 pub use snapshot_files::SnapshotCorruption;

@@ -49,19 +49,31 @@ use std::io;
 use std::io::Read;
 use std::io::Write;
 use std::marker::PhantomData;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::Mutex;
 
 use serde::Serialize;
+
+use crate::snapshot_bytes::SnapshotBytes;
 use serde::de::DeserializeOwned;
 
 /// Name of the current snapshot file inside the snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot";
 
 /// Name of the file a snapshot is written to before it replaces the current one.
-const TEMPORARY_FILE_NAME: &str = "snapshot.tmp";
+/// Temporary snapshot files start with this (`snapshot.tmp` before
+/// streamed saves; `snapshot.tmp.XXXXXX` since).
+const TEMPORARY_FILE_PREFIX: &str = "snapshot.tmp";
+/// Most bytes of metadata a snapshot file may declare (a log id and a
+/// membership are a few kilobytes).
+const META_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Pieces in which a snapshot's data is read to verify it.
+const READ_PIECE_BYTES: usize = 1024 * 1024;
+/// Buffer between the encoder and the file.
+const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
 const MAGIC: [u8; 4] = *b"PSNP";
 const FORMAT_VERSION: u32 = 1;
@@ -155,17 +167,23 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, SnapshotError> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).map_err(SnapshotError::io("create the directory", &dir))?;
-        let temporary = dir.join(TEMPORARY_FILE_NAME);
-        match fs::remove_file(&temporary) {
-            Ok(()) => {
+        // Temporary files left by a crash: half-written, or never renamed.
+        let mut removed = false;
+        for entry in fs::read_dir(&dir).map_err(SnapshotError::io("list", &dir))? {
+            let entry = entry.map_err(SnapshotError::io("list", &dir))?;
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with(TEMPORARY_FILE_PREFIX) {
+                let temporary = entry.path();
+                fs::remove_file(&temporary).map_err(SnapshotError::io("remove", &temporary))?;
                 tracing::info!(
                     path = %temporary.display(),
                     "removed a snapshot left half-written by a crash"
                 );
-                sync_directory(&dir)?;
+                removed = true;
             }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(SnapshotError::io("remove", &temporary)(error)),
+        }
+        if removed {
+            sync_directory(&dir)?;
         }
         Ok(SnapshotFiles {
             dir,
@@ -201,7 +219,70 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
     /// A snapshot in place that fails verification is replaced: it could
     /// not be restarted from anyway.
     pub fn save(&self, meta: &M, data: &[u8]) -> Result<Saved, SnapshotError> {
+        self.save_streamed(meta, |out| out.write_all(data))
+            .map(|(saved, _)| saved)
+    }
+
+    /// [`SnapshotFiles::save`], with the data written by `write` as it is
+    /// produced (a state encoded straight into the file, a received
+    /// snapshot copied from its spool): the data is never all in memory.
+    /// Answers what was saved and the data as written (readable even when
+    /// the snapshot in place was kept, or later replaced).
+    ///
+    /// The file is written and synced under a temporary name of its own
+    /// (a build and an install may write at once), then renamed into place
+    /// under the lock that orders saves, if it is newer than the one there.
+    pub fn save_streamed(
+        &self,
+        meta: &M,
+        write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<(Saved, SnapshotBytes), SnapshotError> {
         let position = meta.last_log_index();
+        let meta = serde_json::to_vec(meta).map_err(SnapshotError::Encode)?;
+        let temporary = tempfile::Builder::new()
+            .prefix(TEMPORARY_FILE_PREFIX)
+            .tempfile_in(&self.dir)
+            .map_err(SnapshotError::io(
+                "create a temporary snapshot in",
+                &self.dir,
+            ))?;
+        let temporary_path = temporary.path().to_path_buf();
+        let failed = |operation| SnapshotError::io(operation, &temporary_path);
+
+        // The header goes last: its lengths and checksum are known only
+        // once the data is written.
+        let mut file = temporary.as_file();
+        file.write_all(&[0u8; HEADER_BYTES])
+            .and_then(|()| file.write_all(&meta))
+            .map_err(failed("write"))?;
+        let (data_bytes, data_hasher) = {
+            let mut data = Checksummed {
+                out: io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
+                hasher: crc32fast::Hasher::new(),
+                len: 0,
+            };
+            write(&mut data)
+                .and_then(|()| data.out.flush())
+                .map_err(failed("write"))?;
+            (data.len, data.hasher)
+        };
+        let fields = header_fields(meta.len() as u64, data_bytes);
+        let checksum = {
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&fields);
+            hasher.update(&meta);
+            hasher.combine(&data_hasher);
+            hasher.finalize()
+        };
+        let mut header = [0u8; HEADER_BYTES];
+        header[..HEADER_FIELDS_BYTES].copy_from_slice(&fields);
+        header[HEADER_FIELDS_BYTES..].copy_from_slice(&checksum.to_le_bytes());
+        file.write_all_at(&header, 0).map_err(failed("write"))?;
+        file.sync_all().map_err(failed("fsync"))?;
+        let data_start = (HEADER_BYTES + meta.len()) as u64;
+        let written = temporary.as_file().try_clone().map_err(failed("reopen"))?;
+        let written = SnapshotBytes::in_file(written, data_start, data_bytes);
+
         let mut in_place = self.lock_in_place();
         let current = match *in_place {
             InPlace::Known(current) => current,
@@ -219,49 +300,42 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
                 offered = ?position,
                 "kept the snapshot in place: the offered one is not newer"
             );
-            return Ok(Saved::KeptInPlace { in_place: current });
+            // Dropping the temporary file removes it.
+            return Ok((Saved::KeptInPlace { in_place: current }, written));
         }
-        self.write(meta, data)?;
-        *in_place = InPlace::Known(position);
-        Ok(Saved::Replaced)
-    }
-
-    /// Writes the file; the caller holds the `in_place` lock.
-    fn write(&self, meta: &M, data: &[u8]) -> Result<(), SnapshotError> {
-        let meta = serde_json::to_vec(meta).map_err(SnapshotError::Encode)?;
-        let fields = header_fields(meta.len() as u64, data.len() as u64);
-        let checksum = {
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&fields);
-            hasher.update(&meta);
-            hasher.update(data);
-            hasher.finalize()
-        };
-
-        let temporary = self.dir.join(TEMPORARY_FILE_NAME);
-        let mut file = File::create(&temporary).map_err(SnapshotError::io("create", &temporary))?;
-        file.write_all(&fields)
-            .and_then(|()| file.write_all(&checksum.to_le_bytes()))
-            .and_then(|()| file.write_all(&meta))
-            .and_then(|()| file.write_all(data))
-            .map_err(SnapshotError::io("write", &temporary))?;
-        file.sync_all()
-            .map_err(SnapshotError::io("fsync", &temporary))?;
-        drop(file);
-
         let path = self.path();
-        fs::rename(&temporary, &path).map_err(SnapshotError::io("rename into place", &path))?;
+        temporary
+            .persist(&path)
+            .map_err(|error| SnapshotError::io("rename into place", &path)(error.error))?;
         sync_directory(&self.dir)?;
+        *in_place = InPlace::Known(position);
         tracing::debug!(
             path = %path.display(),
-            data_bytes = data.len(),
+            data_bytes,
             "saved the snapshot"
         );
-        Ok(())
+        Ok((Saved::Replaced, written))
     }
 
-    /// Reads and verifies the current snapshot; `None` if there is none.
+    /// Reads and verifies the current snapshot, all in memory; `None` if
+    /// there is none. (Tools and tests; a replica reads it with
+    /// [`SnapshotFiles::open_current`].)
     pub fn load(&self) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
+        let path = self.path();
+        self.open_current()?
+            .map(|(meta, data)| {
+                Ok((
+                    meta,
+                    data.to_vec().map_err(SnapshotError::io("read", &path))?,
+                ))
+            })
+            .transpose()
+    }
+
+    /// Verifies the current snapshot (reading it through, in pieces) and
+    /// answers its metadata and its data, still in the file; `None` if
+    /// there is none.
+    pub fn open_current(&self) -> Result<Option<(M, SnapshotBytes)>, SnapshotError> {
         let mut in_place = self.lock_in_place();
         let loaded = self.read()?;
         *in_place = InPlace::Known(loaded.as_ref().and_then(|(meta, _)| meta.last_log_index()));
@@ -269,7 +343,7 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
     }
 
     /// Reads and verifies the file; the caller holds the `in_place` lock.
-    fn read(&self) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
+    fn read(&self) -> Result<Option<(M, SnapshotBytes)>, SnapshotError> {
         let path = self.path();
         let mut file = match File::open(&path) {
             Ok(file) => file,
@@ -315,32 +389,59 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
                 file_bytes,
             }));
         }
-        // Both lengths fit in the file, whose size fit in memory to be written.
+        // The metadata is small (a log id and a membership); the data is
+        // checked in pieces and stays in the file.
         let meta_len = usize::try_from(meta_bytes)
-            .map_err(|_| corrupt(SnapshotCorruption::TooLarge { file_bytes }))?;
-        let data_len = usize::try_from(data_bytes)
-            .map_err(|_| corrupt(SnapshotCorruption::TooLarge { file_bytes }))?;
-
+            .ok()
+            .filter(|len| *len <= META_BYTES_MAX)
+            .ok_or_else(|| corrupt(SnapshotCorruption::TooLarge { file_bytes }))?;
         let mut meta = vec![0u8; meta_len];
-        let mut data = vec![0u8; data_len];
         file.read_exact(&mut meta)
-            .and_then(|()| file.read_exact(&mut data))
             .map_err(SnapshotError::io("read", &path))?;
-
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(fields);
+        hasher.update(&meta);
+        let mut piece = vec![0u8; READ_PIECE_BYTES];
+        let mut left = data_bytes;
+        while left > 0 {
+            let wanted = piece.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            file.read_exact(&mut piece[..wanted])
+                .map_err(SnapshotError::io("read", &path))?;
+            hasher.update(&piece[..wanted]);
+            left -= wanted as u64;
+        }
         let stored = u32::from_le_bytes(to_array(stored));
-        let computed = {
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(fields);
-            hasher.update(&meta);
-            hasher.update(&data);
-            hasher.finalize()
-        };
+        let computed = hasher.finalize();
         if stored != computed {
             return Err(corrupt(SnapshotCorruption::Checksum { stored, computed }));
         }
         let meta = serde_json::from_slice(&meta)
             .map_err(|source| SnapshotError::Undecodable { path, source })?;
-        Ok(Some((meta, data)))
+        Ok(Some((
+            meta,
+            SnapshotBytes::in_file(file, (HEADER_BYTES as u64) + meta_bytes, data_bytes),
+        )))
+    }
+}
+
+/// The data being written into a snapshot file, checksummed and counted on
+/// the way.
+struct Checksummed<W> {
+    out: W,
+    hasher: crc32fast::Hasher,
+    len: u64,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written = self.out.write(bytes)?;
+        self.hasher.update(&bytes[..written]);
+        self.len += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 }
 
@@ -543,7 +644,61 @@ mod tests {
         let (loaded_meta, data) = reopened.load().unwrap().unwrap();
         assert_eq!(loaded_meta, meta(9));
         assert_eq!(data, b"state at nine");
-        assert!(!dir.path().join(TEMPORARY_FILE_NAME).exists());
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [SNAPSHOT_FILE_NAME], "only the snapshot is left");
+    }
+
+    /// A streamed save writes the data as it is produced; the data it
+    /// answers stays readable after the file is replaced, and a save that
+    /// keeps the newer snapshot in place leaves no file behind.
+    #[test]
+    fn a_streamed_save_writes_as_it_goes_and_answers_readable_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = open(dir.path());
+        let piece = vec![7u8; 300 * 1024];
+        let (saved, written) = files
+            .save_streamed(&meta(5), |out| {
+                for _ in 0..10 {
+                    out.write_all(&piece)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(saved, Saved::Replaced);
+        assert_eq!(written.len(), 10 * piece.len() as u64);
+        let (loaded_meta, current) = files.open_current().unwrap().unwrap();
+        assert_eq!(loaded_meta, meta(5));
+        assert_eq!(current.to_vec().unwrap(), vec![7u8; 10 * piece.len()]);
+
+        // Replaced by a newer one: the data answered before still reads.
+        files.save(&meta(9), b"newer").unwrap();
+        assert_eq!(written.to_vec().unwrap().len(), 10 * piece.len());
+        assert_eq!(current.to_vec().unwrap(), vec![7u8; 10 * piece.len()]);
+        assert_eq!(files.load().unwrap().unwrap(), (meta(9), b"newer".to_vec()));
+
+        // Older than the one in place: kept, its bytes answered, no file left.
+        let (saved, older) = files
+            .save_streamed(&meta(7), |out| out.write_all(b"older"))
+            .unwrap();
+        assert_eq!(saved, Saved::KeptInPlace { in_place: Some(9) });
+        assert_eq!(older.to_vec().unwrap(), b"older");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [SNAPSHOT_FILE_NAME]);
+
+        // A write that fails leaves the one in place, and no file.
+        let failed = files.save_streamed(&meta(11), |out| {
+            out.write_all(b"half")?;
+            Err(io::Error::other("the encoder failed"))
+        });
+        assert!(failed.is_err());
+        assert_eq!(files.load().unwrap().unwrap(), (meta(9), b"newer".to_vec()));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     /// A snapshot build that finishes after a newer snapshot was installed
@@ -601,10 +756,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         open(dir.path()).save(&meta(5), b"good").unwrap();
         // A crash after the temporary file was created, before the rename.
-        fs::write(dir.path().join(TEMPORARY_FILE_NAME), b"PSNP half").unwrap();
+        // Before streamed saves the temporary file had one name; since,
+        // each save's has a suffix of its own.
+        fs::write(dir.path().join("snapshot.tmp"), b"PSNP half").unwrap();
+        fs::write(dir.path().join("snapshot.tmp.a1B2c3"), b"PSNP half").unwrap();
 
         let files = open(dir.path());
-        assert!(!dir.path().join(TEMPORARY_FILE_NAME).exists());
+        assert!(!dir.path().join("snapshot.tmp").exists());
+        assert!(!dir.path().join("snapshot.tmp.a1B2c3").exists());
         assert_eq!(files.load().unwrap().unwrap(), (meta(5), b"good".to_vec()));
     }
 

@@ -259,7 +259,7 @@ impl PeerClient {
 }
 
 impl RaftNetworkV2<TypeConfig> for PeerClient {
-    type SnapshotData = Vec<u8>;
+    type SnapshotData = crate::types::SnapshotData;
 
     async fn append_entries(
         &mut self,
@@ -337,7 +337,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let deadline = option.soft_ttl();
         let timeout =
             || StreamingError::Timeout(self.peer.timeout(RPCTypes::InstallSnapshot, deadline));
-        let size_bytes = snapshot.snapshot.len() as u64;
+        let size_bytes = snapshot.snapshot.len();
         if size_bytes > SNAPSHOT_BYTES_MAX {
             // Every replica would refuse it; say why instead of streaming it.
             tracing::error!(
@@ -380,24 +380,33 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         let data = &snapshot.snapshot;
         let send_chunks = async move {
             let mut header = Some(header);
-            let mut pieces = data.chunks(chunk_bytes);
+            let mut offset = 0u64;
             // The first chunk carries the header, even for an empty snapshot.
-            let mut piece = Some(pieces.next().unwrap_or_default());
-            while let Some(bytes) = piece {
+            loop {
+                // A piece at a time from the file: the snapshot is never
+                // all in memory (reads of at most a chunk, from the page
+                // cache as a rule).
+                let bytes = read_piece(data, offset, chunk_bytes).map_err(SendFailed::Read)?;
+                if bytes.is_empty() && header.is_none() {
+                    break;
+                }
+                offset += bytes.len() as u64;
                 let chunk = SnapshotChunk {
                     from_node: peer.local,
                     to_node: peer.target,
                     header: header.take().unwrap_or_default(),
-                    data: bytes.to_vec(),
+                    data: bytes,
                 };
                 match tokio::time::timeout(deadline, chunk_tx.send(chunk)).await {
-                    Err(_elapsed) => return Err(SendStalled),
+                    Err(_elapsed) => return Err(SendFailed::Stalled),
                     // The call ended early (refused, or the stream broke):
                     // its result says why.
                     Ok(Err(_closed)) => return Ok(()),
                     Ok(Ok(())) => {}
                 }
-                piece = pieces.next();
+                if offset >= size_bytes {
+                    break;
+                }
             }
             // Dropping the sender ends the request stream: the receiver
             // checks it got `size_bytes` and installs.
@@ -416,7 +425,17 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                 sent = &mut send_chunks => match sent {
                     // Returning drops `call`, which resets the stream: the
                     // receiver sees an error, not an end, and installs nothing.
-                    Err(SendStalled) => return Err(timeout()),
+                    Err(SendFailed::Stalled) => return Err(timeout()),
+                    Err(SendFailed::Read(error)) => {
+                        tracing::error!(
+                            target_node = peer.target,
+                            %error,
+                            "cannot read the snapshot being sent; the transfer is abandoned"
+                        );
+                        return Err(StreamingError::Unreachable(peer.unreachable(
+                            format_args!("cannot read the snapshot being sent: {error}"),
+                        )));
+                    }
                     // Installing takes place before the answer.
                     Ok(()) => match tokio::time::timeout(deadline, call).await {
                         Err(_elapsed) => return Err(timeout()),
@@ -464,5 +483,24 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     }
 }
 
-/// A snapshot chunk could not be handed to the transport in time.
-struct SendStalled;
+/// Why a snapshot's chunks stopped before the end.
+enum SendFailed {
+    /// A chunk could not be handed to the transport in time.
+    Stalled,
+    /// The snapshot's file could not be read.
+    Read(std::io::Error),
+}
+
+/// The next piece of a snapshot being sent: at most `chunk_bytes` from
+/// `offset` (empty at the end).
+fn read_piece(
+    data: &crate::types::SnapshotData,
+    offset: u64,
+    chunk_bytes: usize,
+) -> std::io::Result<Vec<u8>> {
+    let left = data.len().saturating_sub(offset);
+    let mut piece = vec![0u8; chunk_bytes.min(usize::try_from(left).unwrap_or(usize::MAX))];
+    let read = data.read_at(offset, &mut piece)?;
+    piece.truncate(read);
+    Ok(piece)
+}
