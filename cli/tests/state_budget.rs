@@ -10,7 +10,8 @@
 //!   `quota = receipts_per_workspace`), its refused requests leave nothing
 //!   behind, a retry of one of its earlier requests still replays, and
 //!   another workspace goes on as if nothing happened.
-//! - `cluster status -o json` shows the state's byte size and ceiling.
+//! - `cluster status -o json` shows the state's byte size and ceiling,
+//!   without its receipts (memory) and with them (snapshot).
 
 mod support;
 
@@ -145,6 +146,17 @@ async fn a_thousand_tiny_already_done_requests_grow_rss_by_less_than_5_mb() {
     );
     assert_eq!(state_bytes_max, 512 * 1024 * 1024);
     assert!(replica["receipts"].as_u64().unwrap() >= 1_202);
+    // The receipts live on disk: budgeted with the snapshot (whole state),
+    // not with what the replica holds in memory.
+    let snapshot_bytes = replica["snapshot_bytes"].as_u64().expect("snapshot_bytes");
+    assert!(
+        snapshot_bytes > state_bytes + 1_202 * 100,
+        "the snapshot's size counts the receipts, the state's does not: {status}"
+    );
+    assert_eq!(
+        replica["snapshot_bytes_max"].as_u64(),
+        Some(8 * 1024 * 1024 * 1024)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

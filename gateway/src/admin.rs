@@ -180,12 +180,18 @@ pub async fn cluster_info(replica: &Replica, executor: &Executor) -> v1::Cluster
     let (digests, state) = (replica.state_digest.clone(), replica.state.clone());
     let digest = palisade_raft::runtime::blocking(move || {
         digests.get(state.applied_index(), || {
-            state.with_encoded(|applied, encoded| {
-                (
-                    applied.last_applied.map_or(0, |id| id.index),
-                    hex::encode(sha2::Sha256::digest(encoded)),
-                )
-            })
+            // Hashed as it is encoded: the encoding is never all in memory.
+            let mut hasher = sha2::Sha256::new();
+            match state.encode_into(&mut hasher) {
+                Ok(applied) => (
+                    applied.map_or(0, |id| id.index),
+                    hex::encode(hasher.finalize()),
+                ),
+                Err(error) => {
+                    tracing::error!(%error, "encoding the state for its digest failed");
+                    (0, String::new())
+                }
+            }
         })
     })
     .await;
@@ -220,6 +226,8 @@ pub async fn cluster_info(replica: &Replica, executor: &Executor) -> v1::Cluster
     v1::ClusterInfo {
         state_bytes: replica.state.state_bytes(),
         state_bytes_max: palisade_raft::STATE_BYTES_MAX,
+        snapshot_bytes: replica.state.snapshot_bytes(),
+        snapshot_bytes_max: palisade_raft::SNAPSHOT_BYTES_BUDGET,
         receipts: replica
             .state
             .read(|applied| applied.state.receipts.len() as u64),

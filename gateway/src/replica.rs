@@ -127,14 +127,35 @@ impl Replica {
     }
 
     /// Refuses a command that can grow the state while the state's tracked
-    /// size is at its ceiling ([`palisade_raft::STATE_BYTES_MAX`]), so the
-    /// state stays below what a snapshot can carry. Deletes, and retries
-    /// of requests that already have a receipt (they add nothing), pass.
+    /// size is at a ceiling: [`palisade_raft::STATE_BYTES_MAX`] without its
+    /// request receipts (what a replica holds in memory), or
+    /// [`palisade_raft::SNAPSHOT_BYTES_BUDGET`] with them (what a snapshot
+    /// carries). Deletes, and retries of requests that already have a
+    /// receipt (they add nothing), pass.
     fn check_state_budget(&self, command: &Command) -> Result<(), tonic::Status> {
         let state_bytes = self.state.state_bytes();
-        if state_bytes < palisade_raft::STATE_BYTES_MAX {
+        let snapshot_bytes = self.state.snapshot_bytes();
+        let exhausted = if state_bytes >= palisade_raft::STATE_BYTES_MAX {
+            (
+                "state_bytes_max",
+                palisade_raft::STATE_BYTES_MAX,
+                format!(
+                    "the replicated state holds {state_bytes} bytes besides its request receipts, its ceiling is {} bytes (what a replica keeps in memory); delete sandboxes, then retry",
+                    palisade_raft::STATE_BYTES_MAX
+                ),
+            )
+        } else if snapshot_bytes >= palisade_raft::SNAPSHOT_BYTES_BUDGET {
+            (
+                "snapshot_bytes_max",
+                palisade_raft::SNAPSHOT_BYTES_BUDGET,
+                format!(
+                    "the replicated state holds {snapshot_bytes} bytes with its request receipts, its ceiling is {} bytes (what a snapshot carries, with margin); delete sandboxes or wait for receipts to expire, then retry",
+                    palisade_raft::SNAPSHOT_BYTES_BUDGET
+                ),
+            )
+        } else {
             return Ok(());
-        }
+        };
         let request_id = match command {
             Command::BeginCreate { request, .. }
             | Command::BeginStop { request, .. }
@@ -151,17 +172,12 @@ impl Replica {
         {
             return Ok(());
         }
+        let (quota, limit, message) = exhausted;
         Err(errors::status(
             tonic::Code::ResourceExhausted,
             "STATE_BUDGET_EXHAUSTED",
-            format!(
-                "the replicated state holds {state_bytes} bytes, its ceiling is {} bytes (what a snapshot can carry, with margin); delete sandboxes or wait for receipts to expire, then retry",
-                palisade_raft::STATE_BYTES_MAX
-            ),
-            [
-                ("quota", "state_bytes_max".to_string()),
-                ("limit", palisade_raft::STATE_BYTES_MAX.to_string()),
-            ],
+            message,
+            [("quota", quota.to_string()), ("limit", limit.to_string())],
         ))
     }
 

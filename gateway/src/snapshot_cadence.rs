@@ -52,7 +52,7 @@ pub async fn run(raft: Raft, state: StateHandle, interval_entries: u64) {
             .snapshot
             .as_ref()
             .map_or(0, |id| id.index);
-        let due = entries_between_snapshots(interval_entries, state.state_bytes());
+        let due = entries_between_snapshots(interval_entries, state.snapshot_bytes());
         if applied_index >= snapshot_index.max(triggered_at).saturating_add(due) {
             triggered_at = applied_index;
             if raft.trigger().snapshot().await.is_err() {

@@ -34,14 +34,17 @@ pub const IMAGE_LENGTH_MAX: usize = 1024;
 /// configuration, see [`crate::Quotas`]).
 pub const SANDBOXES_PER_WORKSPACE_DEFAULT: u64 = 10_000;
 /// Default of the `receipts_per_workspace` quota. A compact receipt costs
-/// a few hundred bytes in memory and in snapshots.
-pub const RECEIPTS_PER_WORKSPACE_DEFAULT: u64 = 1_000_000;
+/// a few hundred bytes of disk (a replica's receipt table) and of snapshot,
+/// no memory: 10 million are ~3.7 GB, under the snapshot budget
+/// (`SNAPSHOT_BYTES_BUDGET` in the raft crate, 8 GiB), and a workspace
+/// writing ~115 requests a second keeps a day of them.
+pub const RECEIPTS_PER_WORKSPACE_DEFAULT: u64 = 10_000_000;
 /// Default of the `owned_records_per_workspace` quota (SSH sessions plus
 /// policies of one workspace's sandboxes).
 pub const OWNED_RECORDS_PER_WORKSPACE_DEFAULT: u64 = 100_000;
 /// Largest value a quota may be configured to; larger values are lowered
-/// to it at apply. The state budget (`STATE_BYTES_MAX` in the gateway)
-/// bounds the total either way.
+/// to it at apply. The state budgets (`STATE_BYTES_MAX`,
+/// `SNAPSHOT_BYTES_BUDGET` in the raft crate) bound the total either way.
 pub const QUOTA_VALUE_MAX: u64 = 100_000_000;
 /// Largest CPU limit of a sandbox, in thousandths of a CPU (1,024 CPUs).
 pub const CPU_MILLIS_MAX: u64 = 1_024_000;

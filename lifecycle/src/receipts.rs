@@ -35,6 +35,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -386,6 +387,9 @@ pub struct Receipts {
     len: usize,
     /// workspace -> receipts counted against it.
     per_workspace: BTreeMap<String, usize>,
+    /// Bytes the receipts took in JSON when last encoded or decoded (see
+    /// [`Receipts::encoded_bytes`]); atomic because encoding takes `&self`.
+    encoded_bytes: AtomicU64,
 }
 
 impl Default for Receipts {
@@ -394,6 +398,7 @@ impl Default for Receipts {
             store: Box::new(MemoryReceipts::default()),
             len: 0,
             per_workspace: BTreeMap::new(),
+            encoded_bytes: AtomicU64::new(0),
         }
     }
 }
@@ -406,6 +411,7 @@ impl Clone for Receipts {
             store: self.store.copy(),
             len: self.len,
             per_workspace: self.per_workspace.clone(),
+            encoded_bytes: AtomicU64::new(self.encoded_bytes()),
         }
     }
 }
@@ -433,6 +439,14 @@ impl Receipts {
     /// The receipt of `request_id`.
     pub fn get(&self, request_id: &str) -> Option<Receipt> {
         self.store.get(request_id)
+    }
+
+    /// Bytes the receipts took in the state's JSON when they were last
+    /// encoded (a snapshot, a digest) or decoded from a snapshot into a
+    /// store; 0 before either. The replica budgets the state it holds in
+    /// memory without them (they live on disk: see the module doc).
+    pub fn encoded_bytes(&self) -> u64 {
+        self.encoded_bytes.load(Ordering::Relaxed)
     }
 
     /// Whether `request_id` has a receipt.
@@ -550,6 +564,7 @@ impl Receipts {
                 store,
                 len: 0,
                 per_workspace: BTreeMap::new(),
+                encoded_bytes: AtomicU64::new(0),
             },
         );
         if let Err(error) = self.copy_from(&moved, |_, _| true) {
@@ -672,7 +687,15 @@ impl Serialize for Receipts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(Some(self.len))?;
         let mut failed = None;
+        let mut encoded_bytes = 0;
         self.store.visit(&mut |request_id, stored| {
+            encoded_bytes += entry_bytes(
+                request_id,
+                match stored {
+                    StoredReceipt::Decoded(receipt) => json_bytes(receipt),
+                    StoredReceipt::Json(json) => json.len() as u64,
+                },
+            );
             let written = match stored {
                 StoredReceipt::Decoded(receipt) => map.serialize_entry(request_id, receipt),
                 // The stored JSON goes out as it is: no decode and encode.
@@ -696,6 +719,7 @@ impl Serialize for Receipts {
         if let Some(error) = failed {
             return Err(error);
         }
+        self.encoded_bytes.store(encoded_bytes, Ordering::Relaxed);
         map.end()
     }
 }
@@ -743,21 +767,54 @@ impl<'de> serde::de::Visitor<'de> for IntoStore {
             store: self.0,
             len: 0,
             per_workspace: BTreeMap::new(),
+            encoded_bytes: AtomicU64::new(0),
         };
+        let mut encoded_bytes = 0;
         while let Some((request_id, receipt)) = map.next_entry::<String, Receipt>()? {
             if receipts.contains_key(&request_id) {
                 return Err(serde::de::Error::custom(format!(
                     "request id {request_id:?} has two receipts"
                 )));
             }
+            encoded_bytes += entry_bytes(&request_id, json_bytes(&receipt));
             receipts.insert(request_id, receipt);
             if receipts.len.is_multiple_of(COPY_STEP) {
                 receipts.end_batch().map_err(serde::de::Error::custom)?;
             }
         }
         receipts.end_batch().map_err(serde::de::Error::custom)?;
+        receipts
+            .encoded_bytes
+            .store(encoded_bytes, Ordering::Relaxed);
         Ok(receipts)
     }
+}
+
+/// Bytes `value` encodes to in JSON (counted, not kept).
+fn json_bytes(value: &impl Serialize) -> u64 {
+    struct Counter(u64);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0,
+        Err(_) => 0,
+    }
+}
+
+/// Bytes of one entry of the receipts' JSON map: the quoted request id, a
+/// colon, the receipt, a comma. (A request id is printable ASCII, see
+/// `crate::validate`; the rare quote or backslash in one takes a byte
+/// more escaped, which this budget figure ignores.)
+fn entry_bytes(request_id: &str, receipt_bytes: u64) -> u64 {
+    request_id.len() as u64 + 4 + receipt_bytes
 }
 
 impl<'de> Deserialize<'de> for Receipts {

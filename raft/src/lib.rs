@@ -49,6 +49,7 @@ pub mod waiters;
 pub use network::{ForwardError, PeerClients, PeerNetworkFactory};
 pub use peer_service::PeerService;
 pub use state_machine::{
-    LifecycleStateMachine, STATE_BYTES_MAX, SandboxChange, SandboxEvent, StateHandle,
+    LifecycleStateMachine, SNAPSHOT_BYTES_BUDGET, STATE_BYTES_MAX, SandboxChange, SandboxEvent,
+    StateHandle,
 };
 pub use types::*;

@@ -15,14 +15,19 @@
 //! # The state's byte size
 //!
 //! The state travels whole in every snapshot, and a snapshot larger than
-//! [`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX) (1 GiB) can
-//! never be sent to a follower. So the state's encoded size is tracked:
-//! exact whenever the state is encoded (snapshot build, install, restore,
-//! `cluster status`), and between two encodings grown by the encoded size
-//! of every command applied since — an upper bound, since a command adds
-//! at most about its own size to the state (a delete shrinks it). The
-//! gateway refuses commands that can grow the state once the estimate
-//! reaches [`STATE_BYTES_MAX`] (see `cluster status`, `state_bytes`).
+//! [`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX) (16 GiB) can
+//! never be sent to a follower; all of it but the request receipts (on
+//! disk) is in memory. So the state's encoded size is tracked, whole and
+//! without its receipts: exact whenever the state is encoded (snapshot
+//! build, install, restore, `cluster status`), and between two encodings
+//! grown by the encoded size of every command applied since — an upper
+//! bound, since a command adds at most about its own size to the state (a
+//! delete shrinks it). The gateway refuses commands that can grow the
+//! state once either estimate reaches its ceiling: [`STATE_BYTES_MAX`]
+//! without the receipts (memory), [`SNAPSHOT_BYTES_BUDGET`] with them
+//! (see `cluster status`, `state_bytes` and `snapshot_bytes`). Snapshots
+//! themselves are files, never all in memory
+//! (`palisade_storage::snapshot_bytes`).
 
 //!
 //! Fail-stop: a panic while the state is being changed leaves it
@@ -128,13 +133,43 @@ impl EventLog {
     }
 }
 
-/// Ceiling of the state's encoded size: half of what a snapshot transfer
-/// can carry ([`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX),
-/// 1 GiB), leaving room for the estimate's error and for the commands
-/// already admitted when it is reached. The gateway refuses commands that
+/// Ceiling of the state's encoded size without its request receipts: what
+/// a replica holds in memory (sandboxes, workspaces, tokens, owned
+/// records; the receipts live on disk). The gateway refuses commands that
 /// grow the state (RESOURCE_EXHAUSTED / STATE_BUDGET_EXHAUSTED) above it;
 /// deletes and retries of applied requests still pass.
 pub const STATE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+
+/// Ceiling of the state's whole encoded size, receipts included: what a
+/// snapshot carries. Half of what a snapshot transfer may carry
+/// ([`SNAPSHOT_BYTES_MAX`](crate::network::SNAPSHOT_BYTES_MAX), 16 GiB),
+/// leaving room for the estimate's error and for the commands already
+/// admitted when it is reached; refused like [`STATE_BYTES_MAX`]. At
+/// ~370 bytes a receipt, 8 GiB hold ~23 million receipts: a day of
+/// requests with request ids at ~270 a second, sustained.
+pub const SNAPSHOT_BYTES_BUDGET: u64 = 8 * 1024 * 1024 * 1024;
+
+/// Buffer between the encoder and a writer (serde_json writes in small
+/// pieces).
+const ENCODE_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A writer that counts what passes through it.
+struct Counted<W> {
+    out: W,
+    bytes: u64,
+}
+
+impl<W: io::Write> io::Write for Counted<W> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let written = self.out.write(bytes)?;
+        self.bytes += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
 
 /// Counts the bytes a value encodes to, without keeping them.
 #[derive(Default)]
@@ -160,25 +195,37 @@ fn encoded_bytes(value: &impl Serialize) -> u64 {
     }
 }
 
-/// The state's size: `measured` bytes when it was last encoded, plus
-/// `grown` bytes of commands applied since (see the module doc).
+/// The state's size: `measured` bytes when it was last encoded (of which
+/// `receipts` were its request receipts), plus `grown` bytes of commands
+/// applied since (see the module doc).
 #[derive(Debug, Default)]
 struct StateBytes {
     measured: AtomicU64,
+    receipts: AtomicU64,
     grown: AtomicU64,
 }
 
 impl StateBytes {
-    fn estimate(&self) -> u64 {
+    /// The whole state, receipts included: what a snapshot carries.
+    fn snapshot_estimate(&self) -> u64 {
         self.measured
             .load(Ordering::Relaxed)
             .saturating_add(self.grown.load(Ordering::Relaxed))
     }
 
-    /// The state measured `bytes` after `grown_before` of the growth
-    /// counted so far (what was applied after the measured copy stays).
-    fn measured(&self, bytes: u64, grown_before: u64) {
+    /// The state without its receipts (they live on disk): what the
+    /// replica holds in memory.
+    fn in_memory_estimate(&self) -> u64 {
+        self.snapshot_estimate()
+            .saturating_sub(self.receipts.load(Ordering::Relaxed))
+    }
+
+    /// The state measured `bytes`, `receipts` of them its receipts, after
+    /// `grown_before` of the growth counted so far (what was applied after
+    /// the measured copy stays).
+    fn measured(&self, bytes: u64, receipts: u64, grown_before: u64) {
         self.measured.store(bytes, Ordering::Relaxed);
+        self.receipts.store(receipts.min(bytes), Ordering::Relaxed);
         let _ = self
             .grown
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |grown| {
@@ -244,10 +291,19 @@ impl StateHandle {
         *self.shared.applied_index.borrow()
     }
 
-    /// The state's encoded size in bytes: exact when last encoded, plus
-    /// an upper bound of what was applied since (see the module doc).
+    /// The state's encoded size in bytes without its request receipts
+    /// (they live on disk): what this replica holds in memory, budgeted by
+    /// [`STATE_BYTES_MAX`]. Exact when last encoded, plus an upper bound of
+    /// what was applied since (see the module doc).
     pub fn state_bytes(&self) -> u64 {
-        self.shared.bytes.estimate()
+        self.shared.bytes.in_memory_estimate()
+    }
+
+    /// The state's whole encoded size, receipts included: what a snapshot
+    /// carries, budgeted by [`SNAPSHOT_BYTES_BUDGET`]. Exact when last
+    /// encoded, plus an upper bound of what was applied since.
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.shared.bytes.snapshot_estimate()
     }
 
     /// Encodes the applied state once for `use_encoded` (e.g. a digest)
@@ -262,10 +318,32 @@ impl StateHandle {
     pub fn with_encoded<T>(&self, use_encoded: impl FnOnce(&AppliedState, &[u8]) -> T) -> T {
         let (copy, grown_before) = copy_of(&self.shared).unwrap_or_else(|_| panic!("{POISONED}"));
         let encoded = serde_json::to_vec(&copy.state).unwrap_or_default();
-        self.shared
-            .bytes
-            .measured(encoded.len() as u64, grown_before);
+        self.shared.bytes.measured(
+            encoded.len() as u64,
+            copy.state.receipts.encoded_bytes(),
+            grown_before,
+        );
         use_encoded(&copy, &encoded)
+    }
+
+    /// Encodes the applied state into `out` a piece at a time (a digest: it
+    /// is never all in memory), records its exact size, and answers the
+    /// log id it was applied up to. Copied under the read lock and encoded
+    /// after it, like [`StateHandle::with_encoded`].
+    pub fn encode_into(&self, out: impl io::Write) -> io::Result<Option<LogId>> {
+        let (copy, grown_before) = copy_of(&self.shared)?;
+        let mut counted = Counted { out, bytes: 0 };
+        serde_json::to_writer(
+            io::BufWriter::with_capacity(ENCODE_BUFFER_BYTES, &mut counted),
+            &copy.state,
+        )
+        .map_err(io::Error::other)?;
+        self.shared.bytes.measured(
+            counted.bytes,
+            copy.state.receipts.encoded_bytes(),
+            grown_before,
+        );
+        Ok(copy.last_applied)
     }
 
     /// The sandbox counts of the applied state (kept at apply: a copy of
@@ -362,6 +440,7 @@ impl LifecycleStateMachine {
                 applied
             }
         };
+        let receipts_measured = applied.state.receipts.encoded_bytes().min(measured);
         let census = Census::of(&applied.state);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
@@ -374,6 +453,7 @@ impl LifecycleStateMachine {
                 applied: RwLock::new(applied),
                 bytes: StateBytes {
                     measured: AtomicU64::new(measured),
+                    receipts: AtomicU64::new(receipts_measured),
                     grown: AtomicU64::new(0),
                 },
                 events: RwLock::new(events),
@@ -576,11 +656,15 @@ impl LifecycleSnapshotBuilder {
             let (saved, data) = snapshots.save_streamed(&meta, |out| {
                 serde_json::to_writer(out, &copy.state).map_err(io::Error::other)
             })?;
-            shared.bytes.measured(data.len(), grown_before);
-            if data.len() > STATE_BYTES_MAX {
+            let receipts_bytes = copy.state.receipts.encoded_bytes();
+            shared.bytes.measured(data.len(), receipts_bytes, grown_before);
+            let in_memory = data.len().saturating_sub(receipts_bytes);
+            if in_memory > STATE_BYTES_MAX || data.len() > SNAPSHOT_BYTES_BUDGET {
                 tracing::warn!(
-                    state_bytes = data.len(),
-                    limit = STATE_BYTES_MAX,
+                    state_bytes = in_memory,
+                    state_bytes_max = STATE_BYTES_MAX,
+                    snapshot_bytes = data.len(),
+                    snapshot_bytes_max = SNAPSHOT_BYTES_BUDGET,
                     "the state is above its byte budget; writes that grow it are refused until it shrinks"
                 );
             }
@@ -826,6 +910,10 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 .bytes
                 .measured
                 .store(snapshot_bytes, Ordering::Relaxed);
+            self.shared.bytes.receipts.store(
+                state.receipts.encoded_bytes().min(snapshot_bytes),
+                Ordering::Relaxed,
+            );
             self.shared.bytes.grown.store(0, Ordering::Relaxed);
             std::mem::replace(
                 &mut *guard,

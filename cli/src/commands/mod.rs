@@ -707,6 +707,8 @@ async fn cluster_status(
                 "orphans_reaped": info.orphans_reaped,
                 "state_bytes": info.state_bytes,
                 "state_bytes_max": info.state_bytes_max,
+                "snapshot_bytes": info.snapshot_bytes,
+                "snapshot_bytes_max": info.snapshot_bytes_max,
                 "receipts": info.receipts,
                 "feature_level": info.feature_level,
                 "supported_feature_level": info.supported_feature_level,

@@ -17,9 +17,10 @@ use crate::types::{SnapshotMeta, TypeConfig, Vote};
 /// `snapshot_max_chunk_size` can only make chunks smaller.
 pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 1024 * 1024;
 
-/// Largest snapshot a replica sends or accepts. The receiver holds the whole
-/// snapshot in memory until it is installed, so this bounds that memory.
-pub const SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+/// Largest snapshot a replica sends or accepts. Snapshots are files on
+/// both ends (`palisade_storage::snapshot_bytes`), so this bounds the disk
+/// a transfer may fill on the receiver, not its memory.
+pub const SNAPSHOT_BYTES_MAX: u64 = 16 * 1024 * 1024 * 1024;
 
 /// Largest encoded peer message, either way. AppendEntries batches are
 /// bounded by openraft's `max_payload_entries` and commands by the
