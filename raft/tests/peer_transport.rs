@@ -285,6 +285,68 @@ async fn forwarded_write_membership_check_and_leader_transfer() -> Result<()> {
         misrouted.code() == tonic::Code::FailedPrecondition,
         "{misrouted:?}"
     );
+
+    // Replication from a node the membership does not list: admitted when
+    // it carries an elected leader's vote of the current term or a later
+    // one (a replica re-added empty may hold a membership from before its
+    // leader joined, and learns the new one only from that leader; chaos
+    // seed 87). Openraft itself then judges it (here: a vote that loses to
+    // the follower's own leader of the same term). An unelected vote, or
+    // an older term, is refused before Raft sees it.
+    let follower_addr = follower.addr.clone();
+    let mut to_follower = RaftPeerClient::connect(format!("http://{follower_addr}")).await?;
+    let term = follower
+        .raft
+        .metrics()
+        .borrow_watched()
+        .vote
+        .leader_id()
+        .term;
+    let append_from_99 = |vote: Vote| -> Result<PeerMessage> {
+        let append = AppendEntriesRequest::<TypeConfig> {
+            vote,
+            prev_log_id: None,
+            entries: Vec::new(),
+            leader_commit: None,
+        };
+        Ok(PeerMessage {
+            from_node: 99,
+            to_node: follower.id,
+            payload: serde_json::to_vec(&append)?,
+        })
+    };
+    let admitted = to_follower
+        .append_entries(append_from_99(Vote::new_committed(term, 99))?)
+        .await;
+    ensure!(
+        admitted.is_ok(),
+        "an elected leader's AppendEntries of the current term was refused: {admitted:?}"
+    );
+    for (vote, what) in [
+        (Vote::new(term + 1, 99), "a candidate's (unelected) vote"),
+        (
+            Vote::new_committed(term.saturating_sub(1), 99),
+            "an older term",
+        ),
+    ] {
+        let refused = to_follower
+            .append_entries(append_from_99(vote)?)
+            .await
+            .expect_err(what);
+        ensure!(
+            refused.code() == tonic::Code::PermissionDenied,
+            "{what}: {refused:?}"
+        );
+    }
+    ensure!(
+        replica(&replicas, leader)
+            .raft
+            .metrics()
+            .borrow_watched()
+            .state
+            .is_leader(),
+        "the stranger's AppendEntries disturbed the leader"
+    );
     ensure!(
         replica(&replicas, leader)
             .raft
