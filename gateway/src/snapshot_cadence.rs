@@ -37,8 +37,23 @@ pub fn entries_between_snapshots(interval_entries: u64, state_bytes: u64) -> u64
         .max(1)
 }
 
+/// The state without its receipts (what a replica holds in memory, see
+/// `palisade_raft::StateHandle::state_bytes`) is measured again once
+/// commands of this many bytes were applied since it last was, or a
+/// quarter of its size if that is more: its estimate only grows between
+/// measurements, and snapshots of a state made mostly of receipts (which
+/// measure it too) can be hundreds of thousands of entries apart.
+pub const MEMORY_REMEASURE_GROWTH_BYTES_MIN: u64 = 16 * 1024 * 1024;
+
+/// Whether the state without its receipts is due to be measured again,
+/// `growth` bytes of commands after it was measured at `estimate -
+/// growth` bytes.
+pub fn memory_remeasure_due(estimate: u64, growth: u64) -> bool {
+    growth >= MEMORY_REMEASURE_GROWTH_BYTES_MIN.max(estimate.saturating_sub(growth) / 4)
+}
+
 /// Triggers snapshot builds (see the module doc) until the state machine
-/// or Raft stops.
+/// or Raft stops; measures the state without its receipts when due.
 pub async fn run(raft: Raft, state: StateHandle, interval_entries: u64) {
     let mut applied = state.subscribe();
     // Where the last build was asked for: a build takes a while to show in
@@ -52,6 +67,14 @@ pub async fn run(raft: Raft, state: StateHandle, interval_entries: u64) {
             .snapshot
             .as_ref()
             .map_or(0, |id| id.index);
+        if memory_remeasure_due(state.state_bytes(), state.in_memory_growth()) {
+            // O(sandboxes), off the runtime's threads.
+            let handle = state.clone();
+            match palisade_raft::runtime::blocking(move || handle.measure_in_memory()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) | Err(_) => return, // The state machine stopped.
+            }
+        }
         let due = entries_between_snapshots(interval_entries, state.snapshot_bytes());
         if applied_index >= snapshot_index.max(triggered_at).saturating_add(due) {
             triggered_at = applied_index;
@@ -65,6 +88,17 @@ pub async fn run(raft: Raft, state: StateHandle, interval_entries: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_in_memory_is_measured_again_after_enough_growth() {
+        let mib = 1024 * 1024;
+        // A small state: after 16 MiB of commands.
+        assert!(!memory_remeasure_due(10 * mib, 8 * mib));
+        assert!(memory_remeasure_due(20 * mib, 16 * mib));
+        // A large one: after a quarter of its measured size.
+        assert!(!memory_remeasure_due(400 * mib + 60 * mib, 60 * mib));
+        assert!(memory_remeasure_due(400 * mib + 100 * mib, 100 * mib));
+    }
 
     #[test]
     fn a_small_state_snapshots_at_the_configured_interval() {

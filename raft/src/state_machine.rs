@@ -195,14 +195,25 @@ fn encoded_bytes(value: &impl Serialize) -> u64 {
     }
 }
 
-/// The state's size: `measured` bytes when it was last encoded (of which
-/// `receipts` were its request receipts), plus `grown` bytes of commands
-/// applied since (see the module doc).
+/// The state's size, whole and without its receipts: `measured` bytes when
+/// it was last encoded whole (of which `receipts` were its request
+/// receipts), `memory_measured` bytes without receipts when that was last
+/// measured, each plus the bytes of commands applied since (`grown`,
+/// `memory_grown`; see the module doc).
 #[derive(Debug, Default)]
 struct StateBytes {
     measured: AtomicU64,
     receipts: AtomicU64,
     grown: AtomicU64,
+    memory_measured: AtomicU64,
+    memory_grown: AtomicU64,
+}
+
+/// The growth counted up to a copy of the state (see [`copy_of`]).
+#[derive(Debug, Clone, Copy)]
+struct GrowthBefore {
+    whole: u64,
+    memory: u64,
 }
 
 impl StateBytes {
@@ -216,22 +227,55 @@ impl StateBytes {
     /// The state without its receipts (they live on disk): what the
     /// replica holds in memory.
     fn in_memory_estimate(&self) -> u64 {
-        self.snapshot_estimate()
-            .saturating_sub(self.receipts.load(Ordering::Relaxed))
+        self.memory_measured
+            .load(Ordering::Relaxed)
+            .saturating_add(self.memory_grown.load(Ordering::Relaxed))
+    }
+
+    /// A command of `bytes` was applied.
+    fn grow(&self, bytes: u64) {
+        self.grown.fetch_add(bytes, Ordering::Relaxed);
+        self.memory_grown.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// The state measured `bytes`, `receipts` of them its receipts, after
-    /// `grown_before` of the growth counted so far (what was applied after
-    /// the measured copy stays).
-    fn measured(&self, bytes: u64, receipts: u64, grown_before: u64) {
+    /// `before` of the growth counted so far (what was applied after the
+    /// measured copy stays).
+    fn measured(&self, bytes: u64, receipts: u64, before: GrowthBefore) {
+        let receipts = receipts.min(bytes);
         self.measured.store(bytes, Ordering::Relaxed);
-        self.receipts.store(receipts.min(bytes), Ordering::Relaxed);
-        let _ = self
-            .grown
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |grown| {
-                Some(grown.saturating_sub(grown_before))
-            });
+        self.receipts.store(receipts, Ordering::Relaxed);
+        forget(&self.grown, before.whole);
+        self.memory_measured
+            .store(bytes - receipts, Ordering::Relaxed);
+        forget(&self.memory_grown, before.memory);
     }
+
+    /// The state without its receipts measured `bytes`, after `before` of
+    /// the growth counted so far.
+    fn memory_measured(&self, bytes: u64, before: GrowthBefore) {
+        self.memory_measured.store(bytes, Ordering::Relaxed);
+        forget(&self.memory_grown, before.memory);
+    }
+
+    /// The state was replaced by one of `bytes`, `receipts` of them its
+    /// receipts (an installed snapshot): no growth since.
+    fn replaced(&self, bytes: u64, receipts: u64) {
+        let receipts = receipts.min(bytes);
+        self.measured.store(bytes, Ordering::Relaxed);
+        self.receipts.store(receipts, Ordering::Relaxed);
+        self.grown.store(0, Ordering::Relaxed);
+        self.memory_measured
+            .store(bytes - receipts, Ordering::Relaxed);
+        self.memory_grown.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Takes `counted` growth off `grown` (growth counted after it stays).
+fn forget(grown: &AtomicU64, counted: u64) {
+    let _ = grown.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |grown| {
+        Some(grown.saturating_sub(counted))
+    });
 }
 
 /// Why the applied state may not be used: see the module doc.
@@ -324,6 +368,26 @@ impl StateHandle {
             grown_before,
         );
         use_encoded(&copy, &encoded)
+    }
+
+    /// Measures the state without its receipts exactly (a copy under the
+    /// read lock, its receipts left out, encoded into a counter after the
+    /// lock): O(sandboxes), never O(receipts). The estimate of
+    /// [`StateHandle::state_bytes`] otherwise only grows between two
+    /// snapshots (a command adds its own size, a delete too), and
+    /// snapshots of a state made mostly of receipts are far apart.
+    pub fn measure_in_memory(&self) -> io::Result<u64> {
+        let (mut copy, before) = copy_of(&self.shared)?;
+        copy.state.receipts = Default::default();
+        let bytes = encoded_bytes(&copy.state);
+        self.shared.bytes.memory_measured(bytes, before);
+        Ok(bytes)
+    }
+
+    /// Bytes of commands applied since the state without its receipts was
+    /// last measured (see [`StateHandle::measure_in_memory`]).
+    pub fn in_memory_growth(&self) -> u64 {
+        self.shared.bytes.memory_grown.load(Ordering::Relaxed)
     }
 
     /// Encodes the applied state into `out` a piece at a time (a digest: it
@@ -451,10 +515,10 @@ impl LifecycleStateMachine {
         Ok(Self {
             shared: Arc::new(Shared {
                 applied: RwLock::new(applied),
-                bytes: StateBytes {
-                    measured: AtomicU64::new(measured),
-                    receipts: AtomicU64::new(receipts_measured),
-                    grown: AtomicU64::new(0),
+                bytes: {
+                    let bytes = StateBytes::default();
+                    bytes.replaced(measured, receipts_measured);
+                    bytes
                 },
                 events: RwLock::new(events),
                 census: Mutex::new(census),
@@ -633,7 +697,7 @@ impl LifecycleSnapshotBuilder {
     /// The state to snapshot: a copy taken under the read lock, with the
     /// growth counted up to it.
     #[cfg(test)]
-    fn copy(&self) -> io::Result<(AppliedState, u64)> {
+    fn copy(&self) -> io::Result<(AppliedState, GrowthBefore)> {
         copy_of(&self.shared)
     }
 
@@ -642,7 +706,7 @@ impl LifecycleSnapshotBuilder {
     /// built): then that one stays (see [`palisade_storage::snapshot_files`]).
     async fn persist(
         &self,
-        (copy, grown_before): (AppliedState, u64),
+        (copy, grown_before): (AppliedState, GrowthBefore),
     ) -> Result<Snapshot, io::Error> {
         let snapshots = self.snapshots.clone();
         let shared = self.shared.clone();
@@ -690,9 +754,13 @@ impl LifecycleSnapshotBuilder {
 /// The state to snapshot or encode: a copy taken under the read lock, with
 /// the growth counted up to it (growth is only added under the write lock:
 /// none is missed or counted twice).
-fn copy_of(shared: &Shared) -> io::Result<(AppliedState, u64)> {
+fn copy_of(shared: &Shared) -> io::Result<(AppliedState, GrowthBefore)> {
     let guard = shared.applied.read().map_err(poisoned_io)?;
-    Ok((guard.clone(), shared.bytes.grown.load(Ordering::Relaxed)))
+    let before = GrowthBefore {
+        whole: shared.bytes.grown.load(Ordering::Relaxed),
+        memory: shared.bytes.memory_grown.load(Ordering::Relaxed),
+    };
+    Ok((guard.clone(), before))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for LifecycleSnapshotBuilder {
@@ -770,10 +838,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             command,
                         );
                         // Under the write lock: see `StateHandle::with_encoded`.
-                        self.shared
-                            .bytes
-                            .grown
-                            .fetch_add(encoded_bytes(command), Ordering::Relaxed);
+                        self.shared.bytes.grow(encoded_bytes(command));
                         if let Some(metrics) = &self.metrics {
                             metrics
                                 .apply_seconds
@@ -908,13 +973,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             *self.shared.census.lock().map_err(poisoned_io)? = census;
             self.shared
                 .bytes
-                .measured
-                .store(snapshot_bytes, Ordering::Relaxed);
-            self.shared.bytes.receipts.store(
-                state.receipts.encoded_bytes().min(snapshot_bytes),
-                Ordering::Relaxed,
-            );
-            self.shared.bytes.grown.store(0, Ordering::Relaxed);
+                .replaced(snapshot_bytes, state.receipts.encoded_bytes());
             std::mem::replace(
                 &mut *guard,
                 AppliedState {
@@ -989,6 +1048,61 @@ mod tests {
         drop(machine);
         let restarted = LifecycleStateMachine::open(dir.path()).unwrap();
         assert_eq!(restarted.handle().applied_index(), 200);
+    }
+
+    /// The state's size is tracked whole (receipts included: what a
+    /// snapshot carries) and without receipts (what memory holds); the
+    /// latter is measured again on demand, O(sandboxes), after commands
+    /// made its estimate grow.
+    #[test]
+    fn the_state_without_its_receipts_is_measured_apart_from_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = LifecycleStateMachine::open(dir.path()).unwrap();
+        let handle = machine.handle();
+        let empty = handle.state_bytes();
+        {
+            let mut guard = machine.write().unwrap();
+            for n in 0..2_000 {
+                guard.state.receipts.insert(
+                    format!("request-{n}"),
+                    palisade_lifecycle::Receipt {
+                        rpc: palisade_lifecycle::ReceiptRpc::DeleteSandbox,
+                        payload_digest: format!("{n:064x}"),
+                        created_at_ms: 1,
+                        created_at_index: n,
+                        settled_at_ms: Some(1),
+                        workspace: "default".into(),
+                        result: palisade_lifecycle::ReceiptResult::Deleted {
+                            sandbox_id: format!("sandbox-{n}"),
+                        },
+                    },
+                );
+            }
+        }
+        // 2,000 commands of ~300 bytes applied: both estimates grow.
+        machine.shared.bytes.grow(600_000);
+        assert!(handle.state_bytes() >= empty + 600_000);
+        assert_eq!(handle.in_memory_growth(), 600_000);
+
+        // Measured: without the receipts, the state is as small as it was.
+        let measured = handle.measure_in_memory().unwrap();
+        assert_eq!(handle.state_bytes(), measured);
+        assert_eq!(handle.in_memory_growth(), 0);
+        assert!(
+            measured < empty + 1_000,
+            "{measured} bytes without receipts"
+        );
+        assert!(
+            handle.snapshot_bytes() >= 600_000,
+            "the whole estimate stays"
+        );
+
+        // Encoded whole: exact, and the receipts are told apart.
+        let mut sink = Vec::new();
+        handle.encode_into(&mut sink).unwrap();
+        assert_eq!(handle.snapshot_bytes(), sink.len() as u64);
+        assert!(handle.snapshot_bytes() > 2_000 * 150);
+        assert!(handle.state_bytes() < empty + 1_000);
     }
 
     /// Fail-stop: a panic while the state was being changed (here: while
