@@ -790,8 +790,9 @@ impl<'de> serde::de::Visitor<'de> for IntoStore {
     }
 }
 
-/// Bytes `value` encodes to in JSON (counted, not kept).
-fn json_bytes(value: &impl Serialize) -> u64 {
+/// Bytes `value` encodes to in JSON (counted, not kept; 0 if it does not
+/// encode).
+pub fn json_bytes(value: &impl Serialize) -> u64 {
     struct Counter(u64);
     impl std::io::Write for Counter {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -171,28 +171,9 @@ impl<W: io::Write> io::Write for Counted<W> {
     }
 }
 
-/// Counts the bytes a value encodes to, without keeping them.
-#[derive(Default)]
-struct ByteCounter(u64);
-
-impl io::Write for ByteCounter {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0 += bytes.len() as u64;
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Encoded size of `value` (JSON, as in snapshots).
 fn encoded_bytes(value: &impl Serialize) -> u64 {
-    let mut counter = ByteCounter::default();
-    match serde_json::to_writer(&mut counter, value) {
-        Ok(()) => counter.0,
-        Err(_) => 0,
-    }
+    palisade_lifecycle::receipts::json_bytes(value)
 }
 
 /// The state's size, whole and without its receipts: `measured` bytes when
