@@ -4,13 +4,12 @@
 //! keeps and changes is [`palisade_gateway::restore`]'s.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
 use palisade_proto::v1;
-use palisade_raft::backup::{self, BackupHeader, TokenKey};
+use palisade_raft::backup::{BackupHeader, BackupWriter, TokenKey};
 use serde_json::json;
 
 use crate::client::Client;
@@ -44,44 +43,27 @@ pub struct RestoreArgs {
 
 /// `cluster snapshot save FILE`: a consistent copy of the state, from the
 /// first replica that answers, written atomically (mode 0600: it holds the
-/// execution-token key).
+/// execution-token key). The state goes from the stream into the file a
+/// message at a time, checked against the length and digest the replica
+/// announced; a stream that breaks or does not match leaves nothing.
 pub async fn save(client: &mut Client, output: Output, file: &Path) -> anyhow::Result<()> {
-    let (header, state_bytes) = client
+    let (header, mut stream) = client
         .admin(|mut admin| async move {
             let mut stream = admin
                 .save_snapshot(v1::SaveSnapshotRequest {})
                 .await?
                 .into_inner();
-            let mut header = None;
-            let mut state_bytes = Vec::new();
-            while let Some(chunk) = stream.message().await? {
-                if let Some(first) = chunk.header {
-                    state_bytes.reserve(first.state_bytes as usize);
-                    header = Some(first);
-                }
-                state_bytes.extend_from_slice(&chunk.data);
+            match stream.message().await? {
+                Some(v1::SnapshotChunk {
+                    header: Some(header),
+                    ..
+                }) => Ok(tonic::Response::new((header, stream))),
+                _ => Err(tonic::Status::internal(
+                    "the replica's snapshot stream did not start with its header",
+                )),
             }
-            let header = header.ok_or_else(|| {
-                tonic::Status::internal("the replica's snapshot stream had no header")
-            })?;
-            Ok(tonic::Response::new((header, state_bytes)))
         })
         .await?;
-    if state_bytes.len() as u64 != header.state_bytes {
-        anyhow::bail!(
-            "the snapshot stream ended after {} of {} bytes; nothing was written, try again",
-            state_bytes.len(),
-            header.state_bytes
-        );
-    }
-    let digest = backup::state_digest(&state_bytes);
-    if digest != header.state_digest {
-        anyhow::bail!(
-            "the received state hashes to {digest}, but node {} sent {}; nothing was written, try again",
-            header.node_id,
-            header.state_digest
-        );
-    }
     let backup_header = BackupHeader {
         applied_index: header.applied_index,
         applied_term: header.applied_term,
@@ -94,12 +76,42 @@ pub async fn save(client: &mut Client, output: Output, file: &Path) -> anyhow::R
             .map_or(0, |elapsed| elapsed.as_millis() as i64),
         palisade_version: env!("CARGO_PKG_VERSION").to_string(),
     };
-    let encoded = backup::encode(&backup_header, &state_bytes);
-    write_atomically(file, &encoded)?;
+    let temporary = TemporaryFile::beside(file)?;
+    let written: anyhow::Result<u64> = async {
+        let out = std::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, temporary.file()?);
+        let mut writer = BackupWriter::new(out, &backup_header, header.state_bytes)
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        while let Some(chunk) = stream.message().await.with_context(|| {
+            format!(
+                "the snapshot stream from node {} broke after {} of {} bytes",
+                header.node_id,
+                writer.state_bytes(),
+                header.state_bytes
+            )
+        })? {
+            writer
+                .write_state(&chunk.data)
+                .with_context(|| format!("node {}'s snapshot stream", header.node_id))?;
+        }
+        let (out, file_bytes) = writer
+            .finish()
+            .with_context(|| format!("node {}'s snapshot stream", header.node_id))?;
+        out.into_inner()
+            .map_err(|error| error.into_error())
+            .and_then(|file| file.sync_all())
+            .with_context(|| format!("cannot write {}", file.display()))?;
+        Ok(file_bytes)
+    }
+    .await;
+    let file_bytes = match written {
+        Ok(file_bytes) => file_bytes,
+        Err(error) => return Err(error.context("nothing was written; try again")),
+    };
+    temporary.commit()?;
     match output {
         Output::Json => print_json(&json!({
             "file": file.display().to_string(),
-            "file_bytes": encoded.len(),
+            "file_bytes": file_bytes,
             "applied_index": header.applied_index,
             "applied_term": header.applied_term,
             "cluster_id": header.cluster_id,
@@ -114,45 +126,81 @@ pub async fn save(client: &mut Client, output: Output, file: &Path) -> anyhow::R
             header.applied_term,
             header.node_id,
             file.display(),
-            encoded.len(),
+            file_bytes,
             header.state_digest
         ),
     }
     Ok(())
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same
-/// directory, fsynced and renamed over it, mode 0600.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let directory = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .with_context(|| format!("{} names no file", path.display()))?;
-    let temporary = directory.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut file = std::fs::OpenOptions::new()
+/// Bytes buffered before the backup file is written to.
+const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// A file written under a temporary name in its final directory (mode
+/// 0600), renamed over the final name by [`TemporaryFile::commit`] once it
+/// is synced; removed if dropped before.
+struct TemporaryFile {
+    path: PathBuf,
+    temporary: PathBuf,
+    directory: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl TemporaryFile {
+    fn beside(path: &Path) -> anyhow::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let directory = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path
+            .file_name()
+            .with_context(|| format!("{} names no file", path.display()))?;
+        let temporary = directory.join(format!(
+            ".{}.tmp-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)?;
-        std::fs::File::open(&directory)?.sync_all()
-    })();
-    if let Err(error) = result {
-        let _ = std::fs::remove_file(&temporary);
-        return Err(error).with_context(|| format!("cannot write {}", path.display()));
+            .open(&temporary)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(TemporaryFile {
+            path: path.to_path_buf(),
+            temporary,
+            directory,
+            file: Some(file),
+        })
     }
-    Ok(())
+
+    /// The open file (a second handle to it).
+    fn file(&self) -> std::io::Result<std::fs::File> {
+        self.file
+            .as_ref()
+            .expect("the file is open until commit")
+            .try_clone()
+    }
+
+    /// Renames the (synced) file over the final name and syncs the
+    /// directory.
+    fn commit(mut self) -> anyhow::Result<()> {
+        self.file = None;
+        std::fs::rename(&self.temporary, &self.path)
+            .and_then(|()| std::fs::File::open(&self.directory)?.sync_all())
+            .with_context(|| format!("cannot write {}", self.path.display()))?;
+        self.temporary = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for TemporaryFile {
+    fn drop(&mut self) {
+        if !self.temporary.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.temporary);
+        }
+    }
 }
 
 /// `cluster restore FILE --data-dir DIR --node-id N --initial-cluster ...`.

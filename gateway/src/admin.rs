@@ -751,53 +751,84 @@ impl ClusterAdmin for AdminService {
         // call (read index confirmed with a quorum, then applied here).
         self.replica.linearize().await?;
         // Encoding is O(state): on the blocking pool, not on the runtime's
-        // few threads (Raft heartbeats run there).
+        // few threads (Raft heartbeats run there); into a file, not memory
+        // (a state of a day's receipts is hundreds of megabytes).
         let (state, node_id) = (self.replica.state.clone(), self.replica.node_id);
-        let encoded = palisade_raft::runtime::blocking(move || {
-            state.with_encoded(|applied, encoded| {
-                let (applied_index, applied_term) = applied
-                    .last_applied
-                    .map_or((0, 0), |id| (id.index, id.leader_id.term));
-                let header = v1::SnapshotHeader {
-                    applied_index,
-                    applied_term,
-                    cluster_id: applied
-                        .state
-                        .cluster
-                        .as_ref()
-                        .map(|cluster| cluster.cluster_id.clone())
-                        .unwrap_or_default(),
-                    state_digest: palisade_raft::backup::state_digest(encoded),
-                    state_bytes: encoded.len() as u64,
-                    node_id,
-                    state_encoding: palisade_raft::backup::STATE_ENCODING_JSON.to_string(),
-                };
-                (header, bytes::Bytes::copy_from_slice(encoded))
-            })
+        let spool_dir = self.replica.spool_dir.clone();
+        let spooled = palisade_raft::runtime::blocking(move || {
+            palisade_raft::backup::spool_state(&state, Some(&spool_dir))
         })
-        .await;
-        let (header, state_bytes) = encoded.map_err(|error| {
+        .await
+        .and_then(|spooled| spooled)
+        .map_err(|error| {
             Status::internal(format!(
                 "encoding the state for the snapshot failed: {error}"
             ))
         })?;
-        // The first message is the header; each data message is copied out
-        // of the one copy of the state only when the stream gets to it.
-        let first = std::iter::once(Ok(v1::SnapshotChunk {
-            header: Some(header),
-            data: Vec::new(),
-        }));
-        let data = (0..state_bytes.len())
-            .step_by(SNAPSHOT_CHUNK_BYTES)
-            .map(move |offset| {
-                let end = (offset + SNAPSHOT_CHUNK_BYTES).min(state_bytes.len());
-                Ok(v1::SnapshotChunk {
-                    header: None,
-                    data: state_bytes.slice(offset..end).to_vec(),
+        let (applied_index, applied_term) = spooled
+            .last_applied
+            .map_or((0, 0), |id| (id.index, id.leader_id.term));
+        let header = v1::SnapshotHeader {
+            applied_index,
+            applied_term,
+            cluster_id: spooled.cluster_id,
+            state_digest: spooled.digest,
+            state_bytes: spooled.bytes.len(),
+            node_id,
+            state_encoding: palisade_raft::backup::STATE_ENCODING_JSON.to_string(),
+        };
+        // The first message is the header; each data message is read from
+        // the spool file only when the stream gets to it (the file has no
+        // name: it goes when the stream is dropped).
+        let first = futures::stream::once(async move {
+            Ok(v1::SnapshotChunk {
+                header: Some(header),
+                data: Vec::new(),
+            })
+        });
+        let bytes = spooled.bytes;
+        let data = futures::stream::unfold(0u64, move |offset| {
+            let bytes = bytes.clone();
+            async move {
+                if offset >= bytes.len() {
+                    return None;
+                }
+                let piece = palisade_raft::runtime::blocking(move || {
+                    let mut piece = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+                    let read = bytes.read_at(offset, &mut piece)?;
+                    piece.truncate(read);
+                    std::io::Result::Ok(piece)
                 })
-            });
-        let chunks = first.chain(data);
-        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+                .await
+                .and_then(|piece| piece);
+                // An error ends the stream after it (offset past the end).
+                Some(match piece {
+                    Ok(piece) if !piece.is_empty() => {
+                        let next = offset + piece.len() as u64;
+                        let chunk = v1::SnapshotChunk {
+                            header: None,
+                            data: piece,
+                        };
+                        (Ok(chunk), next)
+                    }
+                    Ok(_) => (
+                        Err(Status::internal(
+                            "the snapshot's spool file ended before its length",
+                        )),
+                        u64::MAX,
+                    ),
+                    Err(error) => (
+                        Err(Status::internal(format!(
+                            "reading the snapshot's spool file failed: {error}"
+                        ))),
+                        u64::MAX,
+                    ),
+                })
+            }
+        });
+        Ok(Response::new(Box::pin(futures::StreamExt::chain(
+            first, data,
+        ))))
     }
 }
 

@@ -706,6 +706,7 @@ async fn serve_replica(
         state_digest: Arc::default(),
         metrics: metrics.clone(),
         clock,
+        spool_dir: config.data_dir.join(SNAPSHOT_DIR),
     };
     if let Some(on_started) = &hooks.on_started {
         on_started(RunningNode {

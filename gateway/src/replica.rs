@@ -100,6 +100,9 @@ pub struct Replica {
     pub clock: Arc<dyn crate::clock::WallClock>,
     /// This replica's metrics ([`palisade_metrics`]).
     pub metrics: std::sync::Arc<palisade_metrics::Metrics>,
+    /// Where a backup of the state is encoded before it is served (the
+    /// snapshot directory: on the data volume, not a small `/tmp`).
+    pub spool_dir: std::path::PathBuf,
 }
 
 /// How long to wait before asking again who leads, while an election runs.

@@ -746,9 +746,27 @@ impl Receipts {
         decode: impl FnOnce() -> T,
     ) -> (T, Option<Box<dyn ReceiptStore>>) {
         DECODE_INTO.with(|cell| *cell.borrow_mut() = Some(store));
+        let slot = DecodeSlot;
         let decoded = decode();
-        let unused = DECODE_INTO.with(|cell| cell.borrow_mut().take());
-        (decoded, unused)
+        (decoded, slot.take())
+    }
+}
+
+/// The store [`Receipts::decode_into`] lent to [`DECODE_INTO`]: taken back
+/// when dropped, unwinding included, so a `decode` that panics does not
+/// leave it there to take the receipts of the next state decoded on this
+/// thread.
+struct DecodeSlot;
+
+impl DecodeSlot {
+    fn take(self) -> Option<Box<dyn ReceiptStore>> {
+        DECODE_INTO.with(|cell| cell.borrow_mut().take())
+    }
+}
+
+impl Drop for DecodeSlot {
+    fn drop(&mut self) {
+        DECODE_INTO.with(|cell| cell.borrow_mut().take());
     }
 }
 

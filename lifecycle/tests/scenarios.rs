@@ -1499,6 +1499,25 @@ fn a_snapshots_receipts_decode_straight_into_their_store() {
     });
     let error = decoded.unwrap_err().to_string();
     assert!(error.contains("two receipts"), "{error}");
+
+    // A decode that panics takes its store with it: the next state decoded
+    // on this thread keeps its receipts in memory, not in that store.
+    let puts = std::sync::Arc::new(AtomicU64::new(0));
+    let store = CountingStore {
+        inner: MemoryReceipts::default(),
+        puts: puts.clone(),
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Receipts::decode_into(Box::new(store), || -> State { panic!("decoding failed") })
+    }));
+    assert!(panicked.is_err());
+    let decoded: State = serde_json::from_str(&text).unwrap();
+    assert_eq!(decoded.receipts.len(), expected);
+    assert_eq!(
+        puts.load(Ordering::Relaxed),
+        0,
+        "the receipts went into the store of a decode that panicked"
+    );
 }
 
 /// Expiry walks the settlement index: the receipts still kept and the

@@ -45,13 +45,15 @@
 //! ([`CarriedTokenKey`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io;
 use std::path::Path;
 
 use palisade_lifecycle::{CarriedTokenKey, State};
-use palisade_storage::SnapshotFiles;
+use palisade_storage::{SnapshotBytes, SnapshotFiles, SnapshotSpool};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::StateHandle;
 use crate::types::{LogId, Node, NodeId, SnapshotMeta, StoredMembership};
 
 /// The first bytes of every backup file.
@@ -159,23 +161,204 @@ pub fn state_digest(state_bytes: &[u8]) -> String {
 /// Encodes a backup file. `header.state_digest` must be the digest of
 /// `state_bytes` (checked: a programmer error otherwise).
 pub fn encode(header: &BackupHeader, state_bytes: &[u8]) -> Vec<u8> {
-    assert_eq!(
-        header.state_digest,
-        state_digest(state_bytes),
-        "a backup header names the digest of its own state"
-    );
-    let header_json = serde_json::to_vec(header).expect("a backup header always serializes");
-    let mut file =
-        Vec::with_capacity(FIXED_BYTES + header_json.len() + state_bytes.len() + CHECKSUM_BYTES);
-    file.extend_from_slice(&BACKUP_MAGIC);
-    file.extend_from_slice(&BACKUP_FORMAT_VERSION.to_le_bytes());
-    file.extend_from_slice(&(header_json.len() as u64).to_le_bytes());
-    file.extend_from_slice(&(state_bytes.len() as u64).to_le_bytes());
-    file.extend_from_slice(&header_json);
-    file.extend_from_slice(state_bytes);
-    let checksum = Sha256::digest(&file);
-    file.extend_from_slice(&checksum);
-    file
+    let capacity = FIXED_BYTES + 1024 + state_bytes.len() + CHECKSUM_BYTES;
+    let mut writer = BackupWriter::new(
+        Vec::with_capacity(capacity),
+        header,
+        state_bytes.len() as u64,
+    )
+    .expect("writing to memory cannot fail");
+    writer
+        .write_state(state_bytes)
+        .expect("the state is as long as declared");
+    match writer.finish() {
+        Ok((file, _)) => file,
+        Err(BackupWriteError::Digest { .. }) => {
+            panic!("a backup header names the digest of its own state")
+        }
+        Err(error) => panic!("writing a backup to memory: {error}"),
+    }
+}
+
+/// Why a backup being written a piece at a time was not finished.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupWriteError {
+    /// More state bytes than the header declared.
+    #[error("the state ran past the {declared} bytes announced for it")]
+    TooLong {
+        /// Bytes announced.
+        declared: u64,
+    },
+    /// Fewer state bytes than the header declared.
+    #[error("the state ended after {written} of the {declared} bytes announced for it")]
+    TooShort {
+        /// Bytes written.
+        written: u64,
+        /// Bytes announced.
+        declared: u64,
+    },
+    /// The state does not hash to the header's digest.
+    #[error("the state hashes to {computed}, but {declared} was announced for it")]
+    Digest {
+        /// What the header names.
+        declared: String,
+        /// What the state written hashes to.
+        computed: String,
+    },
+    /// Writing failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Writes a backup file into `out` as its state arrives, a piece at a
+/// time (`palisade cluster snapshot save` streams it from the replica
+/// into the file): the state is never whole in memory. The length and
+/// digest the header announces are checked as the state goes by;
+/// [`BackupWriter::finish`] refuses a state that does not match them and
+/// only then writes the file's checksum, so an unfinished file never
+/// verifies.
+#[derive(Debug)]
+pub struct BackupWriter<W: io::Write> {
+    out: W,
+    /// Hashes every byte written, for the checksum at the end.
+    file_hash: Sha256,
+    /// Hashes the state alone, against the header's `state_digest`.
+    state_hash: Sha256,
+    declared_state_bytes: u64,
+    state_bytes: u64,
+    declared_digest: String,
+    file_bytes: u64,
+}
+
+impl<W: io::Write> BackupWriter<W> {
+    /// Writes the fixed part and `header` (announcing `state_bytes` of
+    /// state, hashing to `header.state_digest`).
+    pub fn new(out: W, header: &BackupHeader, state_bytes: u64) -> io::Result<Self> {
+        let header_json = serde_json::to_vec(header).expect("a backup header always serializes");
+        let mut writer = BackupWriter {
+            out,
+            file_hash: Sha256::new(),
+            state_hash: Sha256::new(),
+            declared_state_bytes: state_bytes,
+            state_bytes: 0,
+            declared_digest: header.state_digest.clone(),
+            file_bytes: 0,
+        };
+        writer.put(&BACKUP_MAGIC)?;
+        writer.put(&BACKUP_FORMAT_VERSION.to_le_bytes())?;
+        writer.put(&(header_json.len() as u64).to_le_bytes())?;
+        writer.put(&state_bytes.to_le_bytes())?;
+        writer.put(&header_json)?;
+        Ok(writer)
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.file_hash.update(bytes);
+        self.file_bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends the next piece of the state.
+    pub fn write_state(&mut self, piece: &[u8]) -> Result<(), BackupWriteError> {
+        if self.state_bytes + piece.len() as u64 > self.declared_state_bytes {
+            return Err(BackupWriteError::TooLong {
+                declared: self.declared_state_bytes,
+            });
+        }
+        self.put(piece)?;
+        self.state_hash.update(piece);
+        self.state_bytes += piece.len() as u64;
+        Ok(())
+    }
+
+    /// State bytes written so far.
+    pub fn state_bytes(&self) -> u64 {
+        self.state_bytes
+    }
+
+    /// Checks the state against the header, writes the checksum and
+    /// answers `out` (flushed, not synced) and the file's size.
+    pub fn finish(mut self) -> Result<(W, u64), BackupWriteError> {
+        if self.state_bytes != self.declared_state_bytes {
+            return Err(BackupWriteError::TooShort {
+                written: self.state_bytes,
+                declared: self.declared_state_bytes,
+            });
+        }
+        let computed = hex::encode(self.state_hash.finalize_reset());
+        if computed != self.declared_digest {
+            return Err(BackupWriteError::Digest {
+                declared: self.declared_digest,
+                computed,
+            });
+        }
+        let checksum = self.file_hash.finalize_reset();
+        self.out.write_all(&checksum)?;
+        self.out.flush()?;
+        Ok((self.out, self.file_bytes + CHECKSUM_BYTES as u64))
+    }
+}
+
+/// A replica's state encoded for a backup into an unnamed temporary file
+/// (see [`spool_state`]).
+#[derive(Debug)]
+pub struct SpooledState {
+    /// The state's bytes, as snapshots carry them.
+    pub bytes: SnapshotBytes,
+    /// Their SHA-256 (hex), what [`state_digest`] answers.
+    pub digest: String,
+    /// The log id the state was applied up to.
+    pub last_applied: Option<LogId>,
+    /// The cluster's id in that state (empty if it has none yet).
+    pub cluster_id: String,
+}
+
+/// Encodes the applied state into an unnamed temporary file in `dir` (the
+/// replica's snapshot directory: a state of receipts is hundreds of
+/// megabytes) or the system's temporary directory, hashing it on the way:
+/// what `SaveSnapshot` serves a piece at a time. The heap holds the
+/// encoder's buffer, not the state's bytes.
+pub fn spool_state(state: &StateHandle, dir: Option<&Path>) -> io::Result<SpooledState> {
+    let mut spool = SnapshotSpool::new_in(dir)?;
+    let mut hash = Sha256::new();
+    let (last_applied, cluster_id) = state.encode_into_with(
+        HashedSpool {
+            spool: &mut spool,
+            hash: &mut hash,
+        },
+        |applied| {
+            let cluster_id = applied.state.cluster.as_ref();
+            (
+                applied.last_applied,
+                cluster_id.map_or_else(String::new, |cluster| cluster.cluster_id.clone()),
+            )
+        },
+    )?;
+    Ok(SpooledState {
+        bytes: spool.finish()?,
+        digest: hex::encode(hash.finalize()),
+        last_applied,
+        cluster_id,
+    })
+}
+
+/// The writer [`spool_state`] encodes into.
+struct HashedSpool<'a> {
+    spool: &'a mut SnapshotSpool,
+    hash: &'a mut Sha256,
+}
+
+impl io::Write for HashedSpool<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.spool.write(bytes)?;
+        self.hash.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Reads and verifies a backup file's bytes (see the module doc).
@@ -350,6 +533,47 @@ mod tests {
         let backup = decode(&sample()).unwrap();
         assert_eq!(backup.header.applied_index, 42);
         assert_eq!(backup.state, State::new());
+    }
+
+    #[test]
+    fn a_backup_written_in_pieces_is_the_backup_written_whole() {
+        let state = serde_json::to_vec(&State::new()).unwrap();
+        let whole = encode(&header(&state), &state);
+        let mut writer =
+            BackupWriter::new(Vec::new(), &header(&state), state.len() as u64).unwrap();
+        for piece in state.chunks(7) {
+            writer.write_state(piece).unwrap();
+        }
+        let (pieces, file_bytes) = writer.finish().unwrap();
+        assert_eq!(pieces, whole);
+        assert_eq!(file_bytes, whole.len() as u64);
+        assert_eq!(decode(&pieces).unwrap().state, State::new());
+    }
+
+    #[test]
+    fn a_state_streamed_unlike_its_announcement_is_refused() {
+        let state = serde_json::to_vec(&State::new()).unwrap();
+        let declared = state.len() as u64;
+
+        let mut short = BackupWriter::new(Vec::new(), &header(&state), declared).unwrap();
+        short.write_state(&state[..state.len() - 1]).unwrap();
+        assert!(matches!(
+            short.finish().unwrap_err(),
+            BackupWriteError::TooShort { written, declared: d } if written == declared - 1 && d == declared
+        ));
+
+        let mut long = BackupWriter::new(Vec::new(), &header(&state), declared - 1).unwrap();
+        assert!(matches!(
+            long.write_state(&state).unwrap_err(),
+            BackupWriteError::TooLong { .. }
+        ));
+
+        let mut other = state.clone();
+        other[0] ^= 1;
+        let mut damaged = BackupWriter::new(Vec::new(), &header(&state), declared).unwrap();
+        damaged.write_state(&other).unwrap();
+        let error = damaged.finish().unwrap_err();
+        assert!(matches!(error, BackupWriteError::Digest { .. }), "{error}");
     }
 
     #[test]

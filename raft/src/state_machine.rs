@@ -376,6 +376,17 @@ impl StateHandle {
     /// log id it was applied up to. Copied under the read lock and encoded
     /// after it, like [`StateHandle::with_encoded`].
     pub fn encode_into(&self, out: impl io::Write) -> io::Result<Option<LogId>> {
+        self.encode_into_with(out, |applied| applied.last_applied)
+    }
+
+    /// [`StateHandle::encode_into`], answering what `describe` reads from
+    /// the copy that was encoded (a backup's header: its applied log id
+    /// and cluster id belong to exactly the bytes written).
+    pub fn encode_into_with<T>(
+        &self,
+        out: impl io::Write,
+        describe: impl FnOnce(&AppliedState) -> T,
+    ) -> io::Result<T> {
         let (copy, grown_before) = copy_of(&self.shared)?;
         let mut counted = Counted { out, bytes: 0 };
         serde_json::to_writer(
@@ -388,7 +399,7 @@ impl StateHandle {
             copy.state.receipts.encoded_bytes(),
             grown_before,
         );
-        Ok(copy.last_applied)
+        Ok(describe(&copy))
     }
 
     /// The sandbox counts of the applied state (kept at apply: a copy of

@@ -254,6 +254,29 @@ async fn a_snapshot_of_many_receipts_is_built_opened_and_installed_without_holdi
             .read(|applied| applied.state.receipts.len()) as u64,
         SNAPSHOT_RECEIPTS + 1
     );
+
+    // A backup (`SaveSnapshot`) is encoded into a spool file and served
+    // from it: the heap holds the encoder's buffer, not the state.
+    let spool_dir = tempfile::tempdir().unwrap();
+    let handle = machine.handle();
+    let before = live_mib();
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
+    let spooled = palisade_raft::backup::spool_state(&handle, Some(spool_dir.path())).unwrap();
+    let above = PEAK_BYTES.load(Ordering::Relaxed) as f64 / (1024.0 * 1024.0) - before;
+    let spooled_mib = spooled.bytes.len() as f64 / (1024.0 * 1024.0);
+    eprintln!("spooled a backup of {spooled_mib:.1} MiB: heap peak {above:+.1} MiB");
+    assert!(
+        above < bound,
+        "spooling a backup of {spooled_mib:.1} MiB peaked {above:.1} MiB above the heap before; at most {bound:.0} MiB"
+    );
+    let bytes = spooled.bytes.to_vec().unwrap();
+    assert_eq!(spooled.digest, palisade_raft::backup::state_digest(&bytes));
+    assert_eq!(
+        spooled.last_applied,
+        handle.read(|applied| applied.last_applied)
+    );
+    let restored: palisade_lifecycle::State = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(restored.receipts.len() as u64, SNAPSHOT_RECEIPTS + 1);
 }
 
 #[test]
