@@ -53,6 +53,10 @@ pub enum Mode {
         /// Run the replicas with `--driver docker` on this engine (`None`:
         /// the process driver).
         docker: Option<DockerTarget>,
+        /// TEST-ONLY: planted bugs the replicas turn on (a `palisade`
+        /// built with the `planted-bugs` feature; see
+        /// [`crate::cli::PLANTED_BUGS_ENV`]).
+        planted: Vec<String>,
     },
 }
 
@@ -342,9 +346,11 @@ pub async fn run_campaign(config: &CampaignConfig) -> Result<Report, ChaosError>
                 .await
                 .map_err(|error| ChaosError::Config(format!("the simulation failed: {error}")))?
         }
-        Mode::Processes { palisade, docker } => {
-            crate::process::run_campaign(config, palisade, docker.as_ref()).await
-        }
+        Mode::Processes {
+            palisade,
+            docker,
+            planted,
+        } => crate::process::run_campaign(config, palisade, docker.as_ref(), planted).await,
     }
 }
 
@@ -505,6 +511,7 @@ async fn run_in_process(
         replicas: evidence_parts.replicas,
         projection,
         membership: evidence_parts.membership,
+        observed: None,
     };
     let (anomalies, checks) = checker::check(&evidence);
     Ok(report(

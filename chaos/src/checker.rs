@@ -9,6 +9,7 @@
 //! | at most one effect per (sandbox, generation, operation), every effect asked for by a request, at most one per request id | driver effects | `duplicate-effect`, `unrequested-effect` |
 //! | a replayed request id returns the original result | replays | `replay-mismatch` |
 //! | delete acknowledged only after the driver removed everything | effects vs. answers | `delete-before-cleanup` |
+//! | no execution seen running after its sandbox's delete was acknowledged, every execution seen asked for by a request (process mode: sampled from the process table, or from the engine's containers by their labels) | observed executions vs. answers | `execution-after-delete`, `unrequested-effect` |
 //! | after healing: no operation left in flight, driver and state agree | final state, host | `operation-stuck`, `orphan-execution` |
 //! | every replica's state equal at equal applied index | replica views | `replicas-diverged`, `replicas-not-converged` |
 //! | a replica whose log append failed stops (fail-stop) | `storage` nemesis events | `storage-fault-ignored` |
@@ -110,6 +111,23 @@ pub struct Evidence {
     /// The membership check, when the `membership` nemesis ran (`Err`:
     /// what is wrong; see [`crate::membership::check`]).
     pub membership: Option<Result<(), String>>,
+    /// Executions seen running on the host while the campaign ran, when
+    /// they were sampled (process mode: see [`crate::observe`]).
+    pub observed: Option<Vec<ObservedExecution>>,
+}
+
+/// An execution seen running on the host: a sandbox's shim or command in
+/// the process table, or its container by its labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObservedExecution {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its generation; 0 for a command process whose shim was gone.
+    pub generation: u64,
+    /// Start of the first sample that saw it (campaign clock).
+    pub first_seen_us: u64,
+    /// Start of the last sample that saw it: it ran at that moment.
+    pub last_seen_us: u64,
 }
 
 impl Default for Evidence {
@@ -124,6 +142,7 @@ impl Default for Evidence {
             replicas: Ok(Vec::new()),
             projection: None,
             membership: None,
+            observed: None,
         }
     }
 }
@@ -163,6 +182,12 @@ pub fn check(evidence: &Evidence) -> (Vec<Anomaly>, CheckStats) {
                 .or_default() += 1;
         }
         effect_checks(evidence, effects, &mut anomalies);
+    }
+    if let Some(observed) = &evidence.observed {
+        stats
+            .effects
+            .insert("observed-executions".into(), observed.len());
+        observed_checks(evidence, observed, &mut anomalies);
     }
     final_state(evidence, &mut anomalies);
     replicas(evidence, &mut anomalies);
@@ -458,6 +483,101 @@ fn may_have_acted(operation: &Operation) -> bool {
     !matches!(operation.reply, Reply::Rejected { .. })
 }
 
+/// The first acknowledgement of each sandbox's delete.
+fn acknowledged_deletes(operations: &[Operation]) -> BTreeMap<&str, &Operation> {
+    operations
+        .iter()
+        .filter_map(|op| match (&op.reply, op.returned_us) {
+            (Reply::Deleted { id, deleted: true }, Some(_)) => Some((id.as_str(), op)),
+            _ => None,
+        })
+        .fold(BTreeMap::new(), |mut first, (id, op)| {
+            let earliest = first.entry(id).or_insert(op);
+            if op.returned_us < earliest.returned_us {
+                *earliest = op;
+            }
+            first
+        })
+}
+
+/// Whether `op` asks for a launch of generation `generation` of
+/// `sandbox_id`: a create (whose answer was that sandbox, or unknown) for
+/// generation 1, a start with the token of the generation before.
+fn asks_for_launch(op: &Operation, sandbox_id: &str, generation: u64) -> bool {
+    match &op.call {
+        Call::Create { .. } if generation == 1 => match &op.reply {
+            Reply::Sandbox(observed) => observed.id == sandbox_id,
+            _ => true,
+        },
+        Call::Start {
+            id,
+            generation: token_generation,
+            ..
+        } => id == sandbox_id && token_generation + 1 == generation,
+        _ => false,
+    }
+}
+
+/// The checks on executions seen running (process mode): none after its
+/// sandbox's delete was acknowledged, and each asked for by a request
+/// (a shim of a generation nobody created or started is a launch no
+/// request caused: a deposed leader's, or a duplicate's).
+fn observed_checks(
+    evidence: &Evidence,
+    observed: &[ObservedExecution],
+    anomalies: &mut Vec<Anomaly>,
+) {
+    let operations = &evidence.operations;
+    let line = |execution: &ObservedExecution| {
+        format!(
+            "{:>8}..{:>8} seen running: sandbox {} g{}",
+            seconds(execution.first_seen_us),
+            seconds(execution.last_seen_us),
+            short(&execution.sandbox_id),
+            execution.generation
+        )
+    };
+    let acknowledged_deletes = acknowledged_deletes(operations);
+    for execution in observed {
+        if let Some(delete) = acknowledged_deletes.get(execution.sandbox_id.as_str())
+            && let Some(acknowledged) = delete.returned_us
+            && acknowledged < execution.last_seen_us
+        {
+            anomalies.push(Anomaly {
+                kind: "execution-after-delete",
+                message: format!(
+                    "sandbox {} g{} was seen running at {}, after its delete was acknowledged (#{} at {})",
+                    short(&execution.sandbox_id),
+                    execution.generation,
+                    seconds(execution.last_seen_us),
+                    delete.index,
+                    seconds(acknowledged)
+                ),
+                excerpt: vec![line(execution)],
+            });
+        }
+        if execution.generation == 0 {
+            continue;
+        }
+        let asked = operations.iter().any(|op| {
+            op.invoked_us <= execution.first_seen_us
+                && may_have_acted(op)
+                && asks_for_launch(op, &execution.sandbox_id, execution.generation)
+        });
+        if !asked {
+            anomalies.push(Anomaly {
+                kind: "unrequested-effect",
+                message: format!(
+                    "sandbox {} g{} was seen running, but no request that may have taken effect asked for its launch",
+                    short(&execution.sandbox_id),
+                    execution.generation
+                ),
+                excerpt: vec![line(execution)],
+            });
+        }
+    }
+}
+
 fn effect_checks(evidence: &Evidence, effects: &[Effect], anomalies: &mut Vec<Anomaly>) {
     let operations = &evidence.operations;
     let effect_line = |effect: &Effect| {
@@ -541,19 +661,7 @@ fn effect_checks(evidence: &Evidence, effects: &[Effect], anomalies: &mut Vec<An
 
     // No execution runs after its sandbox's delete was acknowledged: an
     // operator told "deleted" must never have an agent's code start again.
-    let acknowledged_deletes: BTreeMap<&str, &Operation> = operations
-        .iter()
-        .filter_map(|op| match (&op.reply, op.returned_us) {
-            (Reply::Deleted { id, deleted: true }, Some(_)) => Some((id.as_str(), op)),
-            _ => None,
-        })
-        .fold(BTreeMap::new(), |mut first, (id, op)| {
-            let earliest = first.entry(id).or_insert(op);
-            if op.returned_us < earliest.returned_us {
-                *earliest = op;
-            }
-            first
-        });
+    let acknowledged_deletes = acknowledged_deletes(operations);
     for effect in effects {
         if effect.kind != EffectKind::Launch {
             continue;
@@ -585,14 +693,8 @@ fn effect_checks(evidence: &Evidence, effects: &[Effect], anomalies: &mut Vec<An
             .iter()
             .filter(|op| op.invoked_us <= effect.at_us && may_have_acted(op))
             .filter(|op| match (&op.call, effect.kind) {
-                (Call::Create { .. }, EffectKind::Launch) if effect.generation == 1 => {
-                    match &op.reply {
-                        Reply::Sandbox(observed) => observed.id == effect.sandbox_id,
-                        _ => true,
-                    }
-                }
-                (Call::Start { id, generation, .. }, EffectKind::Launch) => {
-                    *id == effect.sandbox_id && generation + 1 == effect.generation
+                (Call::Create { .. } | Call::Start { .. }, EffectKind::Launch) => {
+                    asks_for_launch(op, &effect.sandbox_id, effect.generation)
                 }
                 (Call::Stop { id, generation, .. }, EffectKind::Stop) => {
                     *id == effect.sandbox_id && *generation == effect.generation
@@ -910,6 +1012,71 @@ mod tests {
         let kinds: Vec<&str> = anomalies.iter().map(|anomaly| anomaly.kind).collect();
         assert!(kinds.contains(&"effect-under-lower-fence"), "{kinds:?}");
         assert!(kinds.contains(&"execution-after-delete"), "{kinds:?}");
+    }
+
+    #[test]
+    fn executions_seen_on_the_host_after_a_delete_or_unasked_are_reported() {
+        let seen = |sandbox_id: &str, generation, first_seen_us, last_seen_us| ObservedExecution {
+            sandbox_id: sandbox_id.into(),
+            generation,
+            first_seen_us,
+            last_seen_us,
+        };
+        let operations = vec![
+            op(
+                0,
+                Call::Create { name: "a".into() },
+                Reply::Unknown {
+                    error: "timeout".into(),
+                },
+                0,
+            ),
+            op(
+                1,
+                Call::Delete {
+                    name: "a".into(),
+                    expected_id: "x".into(),
+                },
+                Reply::Deleted {
+                    id: "x".into(),
+                    deleted: true,
+                },
+                100,
+            ),
+        ];
+        // Seen up to the delete's acknowledgement (at 110): fine.
+        let clean = Evidence {
+            operations: operations.clone(),
+            observed: Some(vec![seen("x", 1, 20, 100)]),
+            ..Evidence::default()
+        };
+        let (anomalies, stats) = check(&clean);
+        assert!(anomalies.is_empty(), "{anomalies:?}");
+        assert_eq!(stats.effects.get("observed-executions"), Some(&1));
+
+        let evidence = Evidence {
+            operations,
+            observed: Some(vec![
+                // Still running in a sample taken after the acknowledgement.
+                seen("x", 1, 20, 150),
+                // A command left behind by its shim, after the delete.
+                seen("x", 0, 120, 130),
+                // Generation 2 of x: no start asked for it.
+                seen("x", 2, 60, 90),
+            ]),
+            ..Evidence::default()
+        };
+        let (anomalies, _) = check(&evidence);
+        let kinds: Vec<&str> = anomalies.iter().map(|anomaly| anomaly.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "execution-after-delete",
+                "execution-after-delete",
+                "unrequested-effect"
+            ],
+            "{anomalies:?}"
+        );
     }
 
     #[test]

@@ -136,6 +136,16 @@ pub enum ChaosDriver {
     Docker,
 }
 
+/// TEST-ONLY: the planted bugs a `palisade gateway run` process turns on at
+/// start, comma-separated (`--plant` in `--mode process` sets it for the
+/// replicas). A build without the `planted-bugs` feature refuses to start
+/// with it set, rather than run without the bug.
+pub const PLANTED_BUGS_ENV: &str = "PALISADE_TEST_PLANTED_BUGS";
+
+/// Planted bugs of the in-process host model: nothing a real replica
+/// process can turn on.
+pub const HOST_MODEL_PLANTS: [&str; 1] = ["driver-fence-off"];
+
 /// Turns on the planted bugs named (a build with the feature only).
 pub fn plant(names: &[String]) -> Result<(), String> {
     if names.is_empty() {
@@ -245,6 +255,17 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
         );
         return 2;
     }
+    if args.mode == ModeArg::Process
+        && let Some(plant) = args
+            .plant
+            .iter()
+            .find(|plant| HOST_MODEL_PLANTS.contains(&plant.as_str()))
+    {
+        eprintln!(
+            "error: --plant {plant} plants the bug in the in-process host model; --mode process runs the real driver: drop it or run in process"
+        );
+        return 2;
+    }
     let mode = match args.mode {
         ModeArg::InProcess if args.sim => Mode::Simulated,
         ModeArg::InProcess => Mode::InProcess,
@@ -255,6 +276,7 @@ pub async fn run_campaigns(args: RunArgs) -> i32 {
                     host: args.docker_host.clone(),
                     default_image: args.docker_default_image.clone(),
                 }),
+                planted: args.plant.clone(),
             },
             None => {
                 eprintln!(

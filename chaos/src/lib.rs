@@ -59,7 +59,8 @@
 //! - [`projection`]: with `--postgres`, the PostgreSQL projection must
 //!   equal the state at the end; the `postgres` nemesis's stops and
 //!   restarts of its server.
-//! - [`process`] and [`proxy`]: the process-level mode.
+//! - [`process`] and [`proxy`]: the process-level mode; [`observe`]: the
+//!   executions it sees running on the host (process table, containers).
 //! - [`report_dir`]: `--report-dir`: the history, the fault timeline and
 //!   an HTML page (timeline and latency plot) of a campaign.
 //! - [`cli`]: the flags of `palisade chaos run` and the loop over seeds.
@@ -77,6 +78,7 @@ pub mod links;
 pub mod membership;
 pub mod model;
 pub mod nemesis;
+pub mod observe;
 pub mod points;
 pub mod process;
 pub mod projection;

@@ -776,41 +776,15 @@ impl Nemesis {
             };
         self.deletes += 1;
         let request_id = format!("{}-nemesis-{}", self.request_prefix, self.deletes);
-        let request = Request::Delete(v1::DeleteSandboxRequest {
-            sandbox: Some(v1::SandboxRef {
-                workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
-                name: name.clone(),
-                id: String::new(),
-            }),
-            request_id: request_id.clone(),
-            expected_sandbox_id: sandbox_id.to_string(),
-            ..Default::default()
-        });
-        let config = WorkloadConfig::new(1, 1, 1, 0);
-        let invoked_us = self.history.clock().now_us();
-        let (reply, returned_us, attempts) = execute(
-            &request,
-            &self.endpoints,
-            &config,
+        delete_as_nemesis(
             &self.history,
+            &self.endpoints,
             &mut self.rng,
-        )
-        .await;
-        let gone = matches!(reply, Reply::Deleted { deleted: true, .. });
-        self.history.record(Operation {
-            index: 0,
-            client: NEMESIS_CLIENT,
             request_id,
-            call: Call::Delete {
-                name,
-                expected_id: sandbox_id.to_string(),
-            },
-            invoked_us,
-            returned_us,
-            reply,
-            attempts,
-        });
-        gone
+            name,
+            sandbox_id,
+        )
+        .await
     }
 
     /// Disarms the fault points and lets go any task that reached one
@@ -1215,6 +1189,47 @@ fn forged_command(
 
 /// How far ahead of the replicated clock a forged tick claims to be.
 pub const TICK_FORGED_AHEAD_MS: i64 = 3_600_000;
+
+/// Deletes `name` expecting `sandbox_id` through the public API, as a
+/// client would, recorded in the history as client `nemesis` (so every
+/// check accounts for it); true once the delete was acknowledged.
+pub(crate) async fn delete_as_nemesis(
+    history: &History,
+    endpoints: &Endpoints,
+    rng: &mut StdRng,
+    request_id: String,
+    name: String,
+    sandbox_id: &str,
+) -> bool {
+    let request = Request::Delete(v1::DeleteSandboxRequest {
+        sandbox: Some(v1::SandboxRef {
+            workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
+            name: name.clone(),
+            id: String::new(),
+        }),
+        request_id: request_id.clone(),
+        expected_sandbox_id: sandbox_id.to_string(),
+        ..Default::default()
+    });
+    let config = WorkloadConfig::new(1, 1, 1, 0);
+    let invoked_us = history.clock().now_us();
+    let (reply, returned_us, attempts) = execute(&request, endpoints, &config, history, rng).await;
+    let gone = matches!(reply, Reply::Deleted { deleted: true, .. });
+    history.record(Operation {
+        index: 0,
+        client: NEMESIS_CLIENT,
+        request_id,
+        call: Call::Delete {
+            name,
+            expected_id: sandbox_id.to_string(),
+        },
+        invoked_us,
+        returned_us,
+        reply,
+        attempts,
+    });
+    gone
+}
 
 /// A nemesis RNG for `seed`, independent of the workload's.
 pub fn nemesis_rng(seed: u64) -> StdRng {

@@ -11,9 +11,12 @@
 //! - `partition`: the TCP proxies of [`crate::proxy`] cut links (each
 //!   replica advertises its proxy's address, so all peer traffic crosses
 //!   them);
-//! - `handoff`: a leadership transfer through the ClusterAdmin API at a
-//!   random moment (the fault points inside a request need the in-process
-//!   mode);
+//! - `handoff`: at the fault points inside a request (a stall between the
+//!   leadership check and the driver call, a ping-pong around a committed
+//!   operation, transfers and kills at the other points; see
+//!   [`handoffs`]), armed over a control directory when the `palisade`
+//!   binary is a `test-hooks` build; otherwise (the report says so under
+//!   "faults missed") a leadership transfer at a random moment;
 //! - `driver`: every replica runs `--driver fault` with a plan of latency
 //!   and uncertain outcomes (before and after the effect) for launch, stop
 //!   and remove, for the whole run (refusals of a repeated launch would
@@ -21,7 +24,11 @@
 //!   operations for the gateway's 60 s driver timeout).
 //!
 //! The checks are those of the in-process mode except the ones that need
-//! the driver's effect log (counting effects); orphan executions are
+//! the driver's effect log with its fences; instead the executions are
+//! counted from the host itself while the campaign runs ([`crate::observe`]:
+//! the process table, or the engine's containers by their labels), which
+//! checks that no execution runs after its sandbox's delete was
+//! acknowledged and that every one was asked for. Orphan executions are
 //! checked against the driver's own listing (of its directory, or of the
 //! engine's containers).
 //!
@@ -48,6 +55,10 @@ use rand::seq::IndexedRandom;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
+
+mod handoffs;
+
+use palisade_testkit::control_points::{POINTS_DIR_ENV, PointsControl};
 
 use crate::ChaosError;
 use crate::campaign::{
@@ -79,6 +90,8 @@ struct Processes {
     cluster: Mutex<LocalCluster>,
     driver_dir: PathBuf,
     proxies: Proxies,
+    /// The control channel of the replicas' fault points.
+    points: PointsControl,
 }
 
 fn free_listener() -> Result<std::net::TcpListener, ChaosError> {
@@ -91,6 +104,7 @@ impl Processes {
         palisade: &Path,
         fault_plan: Option<String>,
         docker: Option<&DockerTarget>,
+        planted: &[String],
     ) -> Result<Self, ChaosError> {
         let mut driver: Vec<String> = match (&fault_plan, docker) {
             (Some(plan), None) => vec![
@@ -152,10 +166,29 @@ impl Processes {
             ));
         }
         cluster.advertise_initial_cluster();
+        // Beside the driver directory, in the cluster's own directory.
+        let points_dir = cluster
+            .driver_dir
+            .parent()
+            .unwrap_or(&cluster.driver_dir)
+            .join("fault-points");
+        let points = PointsControl::new(points_dir)?;
+        for replica in &mut cluster.replicas {
+            replica.env.push((
+                POINTS_DIR_ENV.to_string(),
+                points.dir().display().to_string(),
+            ));
+            if !planted.is_empty() {
+                replica
+                    .env
+                    .push((crate::cli::PLANTED_BUGS_ENV.to_string(), planted.join(",")));
+            }
+        }
         let processes = Self {
             driver_dir: cluster.driver_dir.clone(),
             cluster: Mutex::new(cluster),
             proxies: Proxies::start(routes),
+            points,
         };
         for node_id in 1..=replicas {
             processes.spawn(node_id)?;
@@ -253,9 +286,14 @@ fn admin(uri: &str) -> Option<ClusterAdminClient<Channel>> {
     Some(ClusterAdminClient::new(channel))
 }
 
-async fn infos(processes: &Processes) -> Vec<(NodeId, v1::ClusterInfo)> {
+/// Every replica's own view, but `frozen`'s (a stopped process would only
+/// time out).
+async fn infos(processes: &Processes, frozen: Option<NodeId>) -> Vec<(NodeId, v1::ClusterInfo)> {
     let mut infos = Vec::new();
     for (node_id, uri) in processes.endpoints() {
+        if Some(node_id) == frozen {
+            continue;
+        }
         let Some(mut client) = admin(&uri) else {
             continue;
         };
@@ -268,7 +306,13 @@ async fn infos(processes: &Processes) -> Vec<(NodeId, v1::ClusterInfo)> {
 }
 
 async fn leader(processes: &Processes) -> Option<NodeId> {
-    infos(processes)
+    leader_excluding(processes, None).await
+}
+
+/// The leader by the replicas' own views, `frozen` not asked (a stopped
+/// process would only time out).
+async fn leader_excluding(processes: &Processes, frozen: Option<NodeId>) -> Option<NodeId> {
+    infos(processes, frozen)
         .await
         .into_iter()
         .filter(|(node_id, info)| info.leader_id == Some(*node_id))
@@ -289,23 +333,31 @@ async fn wait_for_leader(processes: &Processes, timeout: Duration) -> Result<Nod
     }
 }
 
-/// The process-mode nemesis: one fault at a time, until stopped.
+/// What the nemesis did, and what it tried that did not take place, by
+/// variant.
+type NemesisCounts = (BTreeMap<String, u64>, BTreeMap<String, u64>);
+
+/// The process-mode nemesis: one fault at a time, until stopped. Handoffs
+/// are made at fault points by `point_handoffs` when the replicas have
+/// them (a `test-hooks` build), else by plain transfers.
 async fn nemesis(
     processes: Arc<Processes>,
     kinds: Vec<NemesisKind>,
     history: Arc<History>,
     seed: u64,
+    mut point_handoffs: Option<handoffs::PointHandoffs>,
     mut stop: watch::Receiver<bool>,
-) -> BTreeMap<String, u64> {
+) -> NemesisCounts {
     let mut rng = nemesis_rng(seed);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut missed: BTreeMap<String, u64> = BTreeMap::new();
     // Driver faults are a fixed plan given at start; the others rotate.
     let kinds: Vec<NemesisKind> = kinds
         .into_iter()
         .filter(|kind| *kind != NemesisKind::Driver)
         .collect();
     let count = |kind: &str, detail: String, counts: &mut BTreeMap<String, u64>| {
-        history.fault(kind.to_string(), detail);
+        history.injected(kind.to_string(), detail);
         *counts.entry(kind.to_string()).or_default() += 1;
     };
     // Rounds, as in process: every kind once per round, shuffled.
@@ -362,6 +414,13 @@ async fn nemesis(
                 tokio::time::sleep(held).await;
                 processes.proxies.heal();
             }
+            Some(NemesisKind::Handoff) if point_handoffs.is_some() => {
+                if let Some(point_handoffs) = &mut point_handoffs {
+                    point_handoffs
+                        .run(&processes, &mut rng, &mut counts, &mut missed, &mut stop)
+                        .await;
+                }
+            }
             Some(NemesisKind::Handoff) => {
                 let Some(from) = current else { continue };
                 let Some(to) = nodes
@@ -400,7 +459,7 @@ async fn nemesis(
             | None => {}
         }
     }
-    counts
+    (counts, missed)
 }
 
 /// Lists every sandbox of the default workspace, linearizably.
@@ -461,6 +520,7 @@ pub async fn run_campaign(
     config: &CampaignConfig,
     palisade: &Path,
     docker: Option<&DockerTarget>,
+    planted: &[String],
 ) -> Result<Report, ChaosError> {
     if !palisade.exists() {
         return Err(ChaosError::Process(format!(
@@ -490,8 +550,9 @@ pub async fn run_campaign(
         palisade,
         fault_plan,
         docker,
+        planted,
     )?);
-    let result = drive(config, &processes, &history).await;
+    let result = drive(config, &processes, &history, docker).await;
     // Clean up whatever happened: gateways, then every execution they left
     // (listed first: what still runs is evidence; then killed by pid, the
     // harness has no place in the cluster's fences).
@@ -513,13 +574,7 @@ pub async fn run_campaign(
         Some(docker) => {
             // The same fence directory, so the same identity: the containers the
             // replicas made, listed, then force-removed.
-            match DockerDriver::new(DockerConfig {
-                host: docker.host.clone(),
-                default_image: docker.default_image.clone(),
-                network: palisade_driver::docker::DEFAULT_NETWORK.to_owned(),
-                driver_dir: processes.driver_dir(),
-                timeouts: DockerTimeouts::default(),
-            }) {
+            match docker_driver(&processes, docker) {
                 Ok(driver) => {
                     let executions = tokio::time::timeout(Duration::from_secs(30), driver.list())
                         .await
@@ -533,7 +588,15 @@ pub async fn run_campaign(
             }
         }
     };
-    let (mut faults, final_applied_index, sandboxes, replicas) = result?;
+    let points_reached = processes.points.reached();
+    let Driven {
+        mut faults,
+        missed,
+        final_applied_index,
+        sandboxes,
+        replicas,
+        observations,
+    } = result?;
     if config.nemeses.contains(&NemesisKind::Driver) {
         // The whole run had the driver fault plan (see the module docs).
         faults.insert("driver:uncertain-plan".into(), 1);
@@ -557,6 +620,7 @@ pub async fn run_campaign(
         replicas,
         projection: None,
         membership: None,
+        observed: Some(observations.executions),
     };
     let (anomalies, checks) = checker::check(&evidence);
     let (refused, unattributed) = processes.proxies.counts();
@@ -568,30 +632,39 @@ pub async fn run_campaign(
         checks,
         Counters {
             faults,
-            missed: BTreeMap::new(),
+            missed,
             driver_faults: BTreeMap::new(),
             messages: BTreeMap::from([
                 ("connections-refused".to_string(), refused),
                 ("connections-unattributed".to_string(), unattributed),
+                ("host-samples".to_string(), observations.samples),
+                (
+                    "host-samples-failed".to_string(),
+                    observations.failed_samples,
+                ),
             ]),
-            points_reached: BTreeMap::new(),
+            points_reached,
         },
         final_applied_index,
         started.elapsed(),
     ))
 }
 
-type Driven = (
-    BTreeMap<String, u64>,
-    Option<u64>,
-    Option<BTreeMap<String, FinalSandbox>>,
-    Result<Vec<ReplicaState>, String>,
-);
+/// What a campaign's run gathered for its checks and report.
+struct Driven {
+    faults: BTreeMap<String, u64>,
+    missed: BTreeMap<String, u64>,
+    final_applied_index: Option<u64>,
+    sandboxes: Option<BTreeMap<String, FinalSandbox>>,
+    replicas: Result<Vec<ReplicaState>, String>,
+    observations: crate::observe::Observations,
+}
 
 async fn drive(
     config: &CampaignConfig,
     processes: &Arc<Processes>,
     history: &Arc<History>,
+    docker: Option<&DockerTarget>,
 ) -> Result<Driven, ChaosError> {
     wait_for_leader(processes, FIRST_LEADER_WAIT_MAX).await?;
     let endpoints = Endpoints::new(&processes.endpoints())
@@ -600,12 +673,38 @@ async fn drive(
         rate: config.rate,
         ..WorkloadConfig::new(config.operations, config.clients, config.names, config.seed)
     };
+    // The fault points are there in a `test-hooks` build only.
+    let points_ready = processes
+        .node_ids()
+        .iter()
+        .all(|node| processes.points.ready(*node));
+    let point_handoffs = points_ready.then(|| {
+        handoffs::PointHandoffs::new(
+            processes.points.clone(),
+            history.clone(),
+            workload_config.request_prefix.clone(),
+        )
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Sampling runs until the end: a held launch may reach the host after
+    // the workload, while the cluster heals and settles.
+    let (observe_stop, observe_stop_rx) = watch::channel(false);
+    let observer = crate::observe::spawn(
+        match docker {
+            None => crate::observe::Source::ProcessTable(processes.driver_dir()),
+            Some(docker) => {
+                crate::observe::Source::Containers(Box::new(docker_driver(processes, docker)?))
+            }
+        },
+        history.clock().clone(),
+        observe_stop_rx,
+    );
     let nemesis = tokio::spawn(nemesis(
         processes.clone(),
         config.nemeses.clone(),
         history.clone(),
         config.seed,
+        point_handoffs,
         stop_rx,
     ));
     workload::run(
@@ -616,9 +715,13 @@ async fn drive(
     )
     .await;
     let _ = stop_tx.send(true);
-    let faults = nemesis
+    let (faults, mut missed) = nemesis
         .await
         .map_err(|error| ChaosError::Config(format!("the nemesis task failed: {error}")))?;
+    if !points_ready && config.nemeses.contains(&NemesisKind::Handoff) {
+        // Plain transfers only: said in the report, not silently.
+        missed.insert("handoff:points-not-compiled-in".into(), 1);
+    }
     processes.heal()?;
     history.fault("heal", "all faults healed");
     wait_for_leader(processes, FIRST_LEADER_WAIT_MAX).await?;
@@ -640,7 +743,7 @@ async fn drive(
     // Converge: every replica at the same applied index, digests compared.
     let deadline = Instant::now() + CONVERGE_WAIT_MAX;
     let (replicas, index) = loop {
-        let infos = infos(processes).await;
+        let infos = infos(processes, None).await;
         let commit = infos
             .iter()
             .find(|(node_id, info)| info.leader_id == Some(*node_id))
@@ -681,5 +784,29 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let sandboxes = list_all(&uris).await;
-    Ok((faults, index, sandboxes, replicas))
+    let _ = observe_stop.send(true);
+    let observations = observer
+        .await
+        .map_err(|error| ChaosError::Config(format!("the sampler task failed: {error}")))?;
+    Ok(Driven {
+        faults,
+        missed,
+        final_applied_index: index,
+        sandboxes,
+        replicas,
+        observations,
+    })
+}
+
+/// The Docker driver over the replicas' engine and fence directory: the
+/// same identity, for listing (sampling) and for the final cleanup.
+fn docker_driver(processes: &Processes, docker: &DockerTarget) -> Result<DockerDriver, ChaosError> {
+    DockerDriver::new(DockerConfig {
+        host: docker.host.clone(),
+        default_image: docker.default_image.clone(),
+        network: palisade_driver::docker::DEFAULT_NETWORK.to_owned(),
+        driver_dir: processes.driver_dir(),
+        timeouts: DockerTimeouts::default(),
+    })
+    .map_err(|error| ChaosError::Process(format!("the Docker driver: {error}")))
 }

@@ -427,6 +427,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.node_id == 0 {
         bail!("--node-id must be at least 1");
     }
+    if let Ok(names) = std::env::var(palisade_chaos::cli::PLANTED_BUGS_ENV) {
+        // TEST-ONLY (the chaos harness's process mode): a build without
+        // the planted bugs refuses, rather than run without them.
+        let names: Vec<String> = names
+            .split(',')
+            .filter(|name| !name.is_empty())
+            .map(str::to_string)
+            .collect();
+        palisade_chaos::cli::plant(&names).map_err(|message| {
+            anyhow::anyhow!("{}: {message}", palisade_chaos::cli::PLANTED_BUGS_ENV)
+        })?;
+        tracing::warn!(?names, "TEST BUILD: planted bugs turned on");
+    }
     // Everything this replica writes (log, snapshots, driver records) is
     // its own: directories 0700, files 0600. Sandbox commands get 022 back.
     // SAFETY: umask has no preconditions; set before any thread writes.
@@ -586,15 +599,39 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     #[cfg(feature = "test-hooks")]
-    if let Some(dir) = std::env::var_os(palisade_testkit::gate::GATE_DIR_ENV) {
-        // TEST-ONLY (a `test-hooks` build): the file gate at the executor's
-        // before-effect point.
-        let gate = palisade_testkit::gate::FileGate::new(dir.into())
-            .context("cannot create the test gate directory")?;
-        tracing::warn!("TEST BUILD: launches may be held by the file gate");
+    let fault_points: Option<Arc<dyn palisade_raft::hooks::FaultPoints>> = match (
+        std::env::var_os(palisade_testkit::gate::GATE_DIR_ENV),
+        std::env::var_os(palisade_testkit::control_points::POINTS_DIR_ENV),
+    ) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "set one of {} and {}, not both",
+            palisade_testkit::gate::GATE_DIR_ENV,
+            palisade_testkit::control_points::POINTS_DIR_ENV
+        ),
+        // TEST-ONLY (a `test-hooks` build): the file gate at the
+        // executor's before-effect point.
+        (Some(dir), None) => {
+            let gate = palisade_testkit::gate::FileGate::new(dir.into())
+                .context("cannot create the test gate directory")?;
+            tracing::warn!("TEST BUILD: launches may be held by the file gate");
+            Some(Arc::new(gate))
+        }
+        // TEST-ONLY (a `test-hooks` build): every fault point, armed and
+        // answered by the chaos harness over its control directory.
+        (None, Some(dir)) => {
+            let points =
+                palisade_testkit::control_points::ControlPoints::new(dir.into(), args.node_id)
+                    .context("cannot create the fault points' control directory")?;
+            tracing::warn!("TEST BUILD: fault points driven by the chaos harness");
+            Some(Arc::new(points))
+        }
+        (None, None) => None,
+    };
+    #[cfg(feature = "test-hooks")]
+    if let Some(fault_points) = fault_points {
         let (listener, peer_listener) = palisade_gateway::node::bind_listeners(&config).await?;
         let hooks = palisade_gateway::node::NodeHooks {
-            fault_points: Some(Arc::new(gate)),
+            fault_points: Some(fault_points),
             ..Default::default()
         };
         return Ok(palisade_gateway::node::run_with_listeners(

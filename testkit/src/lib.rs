@@ -29,9 +29,13 @@
 //! - [`gate`]: a file-driven one-shot gate at the executor's before-effect
 //!   fault point and an injected panic in apply, for tests of real
 //!   processes (a `test-hooks` build only).
+//! - [`control_points`]: every fault point of a real process, armed and
+//!   answered by the chaos harness over a control directory (a
+//!   `test-hooks` build only).
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod control_points;
 pub mod gate;
 pub mod logs;
 pub mod ports;
