@@ -142,6 +142,23 @@ struct Slot {
     /// Its wall clock, which the `clock` nemesis skews (kept across
     /// restarts, like a host's clock).
     clock: Arc<crate::clock::SkewedClock>,
+    /// While the replica is down: a socket bound to its address but not
+    /// listening. Connections to it are refused, as to a crashed process,
+    /// but the kernel does not hand the port to an outgoing connection of
+    /// this process as its local port meanwhile — which happened (chaos
+    /// seed 42: a client connection made while node 1 was down took its
+    /// port for the rest of the campaign, and node 1 could never listen
+    /// again). The restarted replica listens on this very socket.
+    reserved: Mutex<Option<tokio::net::TcpSocket>>,
+}
+
+/// A socket bound to `addr` (`SO_REUSEADDR`, so over the old listener's
+/// connections in TIME_WAIT), not listening: see [`Slot::reserved`].
+fn reserve(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
 }
 
 /// The in-process cluster. See the module docs.
@@ -173,11 +190,6 @@ fn record_stop(stops: &Mutex<Vec<(NodeId, String)>>, node_id: NodeId, why: Strin
         .push((node_id, why));
 }
 
-fn free_port() -> Result<u16, ChaosError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
 impl Cluster {
     /// Starts `config.replicas` founding replicas sharing `driver`.
     pub fn start(
@@ -200,11 +212,12 @@ impl Cluster {
         let mut slots = Vec::new();
         let mut initial_cluster = BTreeMap::new();
         for node_id in 1..=config.replicas + config.spares {
-            let addr: SocketAddr = if config.sim.is_some() {
+            let (addr, reserved): (SocketAddr, _) = if config.sim.is_some() {
                 // Fixed, so that a seed's run does not depend on free ports.
-                ([10, 0, 0, node_id.min(250) as u8], 7000).into()
+                (([10, 0, 0, node_id.min(250) as u8], 7000).into(), None)
             } else {
-                ([127, 0, 0, 1], free_port()?).into()
+                let socket = reserve(([127, 0, 0, 1], 0).into())?;
+                (socket.local_addr()?, Some(socket))
             };
             if node_id <= config.replicas {
                 initial_cluster.insert(node_id, addr.to_string());
@@ -218,6 +231,7 @@ impl Cluster {
                     Some(_) => crate::clock::SkewedClock::simulated(Instant::now()),
                     None => crate::clock::SkewedClock::default(),
                 }),
+                reserved: Mutex::new(reserved),
             });
         }
         let cluster = Cluster {
@@ -412,6 +426,11 @@ impl Cluster {
             });
             return Ok(());
         }
+        let reserved = slot
+            .reserved
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
         let (runtime_tx, runtime_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name(format!("replica-{node_id}"))
@@ -428,7 +447,15 @@ impl Cluster {
                 };
                 let _ = runtime_tx.send(Ok(runtime.handle().clone()));
                 runtime.block_on(async move {
-                    let listener = match bind(addr).await {
+                    let listener = match reserved {
+                        Some(socket) => {
+                            socket.listen(palisade_gateway::node::LISTEN_BACKLOG_CONNECTIONS)
+                        }
+                        // Not reserved (the port was taken in the moment
+                        // between the crash and the reservation).
+                        None => bind(addr).await,
+                    };
+                    let listener = match listener {
                         Ok(listener) => listener,
                         Err(error) => {
                             let why = format!(
@@ -496,6 +523,15 @@ impl Cluster {
             .take();
         if let Some(thread) = running.thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            // Every socket of the replica is closed now: hold its port.
+            let reserved = reserve(slot.addr);
+            if let Err(error) = &reserved {
+                warn!(node = node_id, %error, "cannot hold the port of a crashed replica");
+            }
+            *slot
+                .reserved
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = reserved.ok();
         }
     }
 

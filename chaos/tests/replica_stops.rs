@@ -58,3 +58,76 @@ async fn a_replica_that_cannot_restart_is_recorded_with_its_error() {
     assert!(cluster.unexpected_stops().is_empty());
     cluster.shutdown().await;
 }
+
+/// While a replica is down its port stays held (bound, not listening):
+/// connections to it are refused, as to a crashed process, but an
+/// outgoing connection of this process cannot get it as its local port —
+/// what happened at chaos seed 42: the connection kept the port for the
+/// rest of the campaign and the replica could never listen again. The
+/// restarted replica listens on it.
+///
+/// Watched on a spare slot (not a member: nobody connects to it), so no
+/// connection of the replica lingers in TIME_WAIT on the port: that would
+/// keep the port from an outgoing connection for a minute anyway, and
+/// hide whether the harness holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_replicas_port_is_held_until_it_restarts() {
+    let host = Arc::new(SharedHost::new(Clock::new()));
+    let links = Arc::new(LinkTable::new(7));
+    let (triggers, _fired) = Triggers::new();
+    let config = ClusterConfig {
+        spares: 1,
+        ..ClusterConfig::chaos(3)
+    };
+    let cluster = Cluster::start(config, host, links, Arc::new(triggers)).expect("cluster starts");
+    let spare = 4;
+    let addr: std::net::SocketAddr = cluster
+        .addr(spare)
+        .expect("the spare has an address")
+        .parse()
+        .expect("an address");
+    // A socket as an outgoing connection has it (no SO_REUSEADDR) binds
+    // the port if, and only if, the kernel could hand it out as a local
+    // port.
+    let free_for_outgoing = || {
+        let outgoing = tokio::net::TcpSocket::new_v4().expect("a socket");
+        outgoing.bind(addr).is_ok()
+    };
+    assert!(
+        !free_for_outgoing(),
+        "the port of a replica not started yet is free for an outgoing connection to take"
+    );
+
+    cluster.start_replica(spare).expect("the spare starts");
+    let listening = |timeout| {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(listening(Duration::from_secs(10)), "the spare listens");
+
+    cluster.crash(spare).await;
+    assert!(
+        !listening(Duration::ZERO),
+        "nothing listens on a crashed replica's port"
+    );
+    assert!(
+        !free_for_outgoing(),
+        "the port of a crashed replica is free for an outgoing connection to take"
+    );
+
+    cluster.restart(spare).expect("restart");
+    assert!(
+        listening(Duration::from_secs(10)),
+        "the restarted replica listens on its port again: {:?}",
+        cluster.why_stopped(spare)
+    );
+    cluster.shutdown().await;
+}
