@@ -141,10 +141,14 @@ pub enum ModelReply {
 
 /// Reasons of refusals decided before anything was proposed, or because
 /// another operation was in flight: allowed in any state, no effect.
+/// (OVERLOADED: shed before a handler ran; STATE_BUDGET_EXHAUSTED: refused
+/// before proposing.)
 pub const NO_EFFECT_REASONS: &[&str] = &[
     "INVALID_PHASE",
     "UNVERIFIABLE_EXECUTION_TOKEN",
     "RESOURCE_EXHAUSTED",
+    "OVERLOADED",
+    "STATE_BUDGET_EXHAUSTED",
 ];
 
 /// Interns sandbox ids as small integers, per name.
@@ -549,6 +553,20 @@ mod tests {
         let refused = ModelReply::Refused(Refusal::NameTaken);
         assert!(step(&NameState::Free, &ModelCall::Create, &refused).is_empty());
         assert_eq!(step(&created[0], &ModelCall::Create, &refused), created);
+    }
+
+    #[test]
+    fn a_request_shed_before_any_handler_changes_nothing_in_any_state() {
+        let mut interner = Interner::default();
+        for reason in ["OVERLOADED", "STATE_BUDGET_EXHAUSTED"] {
+            let reply = interner.reply(&Reply::Rejected {
+                code: "ResourceExhausted".into(),
+                reason: reason.into(),
+            });
+            assert_eq!(reply, ModelReply::NoEffect, "{reason}");
+            let held = taken(0, 1, Status::Running);
+            assert_eq!(step(&held, &ModelCall::Create, &reply), vec![held.clone()]);
+        }
     }
 
     #[test]

@@ -198,12 +198,24 @@ pub fn reason_of(status: &tonic::Status) -> Option<String> {
 /// refused before anything was proposed) or not (retry with the same id):
 /// UNAVAILABLE (no leader, leadership changed, outcome pending, shutting
 /// down), a deadline, and transport failures (no ErrorInfo) are not.
+///
+/// RESOURCE_EXHAUSTED without ErrorInfo is the transport's too: tonic's
+/// code for an HTTP/2 ENHANCE_YOUR_CALM, which a replica's HTTP/2 server
+/// sends (and closes the connection) when it finds more streams reset by
+/// clients than it accepts at once — after a stall, when the clients
+/// timed out the requests it held. A request on that connection may have
+/// been proposed (chaos seed 5: a create answered so while its replica
+/// thawed). The replica's own refusals carry a reason.
 pub fn is_definite(status: &tonic::Status) -> bool {
     use tonic::Code;
     match status.code() {
         Code::Unavailable | Code::DeadlineExceeded => false,
         // Transport failures carry no ErrorInfo.
-        Code::Cancelled | Code::Unknown | Code::Internal | Code::Aborted
+        Code::Cancelled
+        | Code::Unknown
+        | Code::Internal
+        | Code::Aborted
+        | Code::ResourceExhausted
             if reason_of(status).is_none() =>
         {
             false

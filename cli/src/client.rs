@@ -351,7 +351,15 @@ impl Client {
 fn is_retryable(status: &tonic::Status) -> bool {
     match status.code() {
         tonic::Code::Unavailable => true,
-        tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled => {
+        // Without ErrorInfo these come from the transport, not from a
+        // replica: RESOURCE_EXHAUSTED is tonic's code for an HTTP/2
+        // ENHANCE_YOUR_CALM, sent (with the connection closed) by a replica
+        // that found more streams reset by its clients than it accepts at
+        // once, after a stall. Retried with the same request id.
+        tonic::Code::Unknown
+        | tonic::Code::Internal
+        | tonic::Code::Cancelled
+        | tonic::Code::ResourceExhausted => {
             reason_of(status).is_none() && status.message() != tonic::TimeoutExpired(()).to_string()
         }
         _ => false,
