@@ -7,15 +7,24 @@
 //!   generator unless [`seed_thread`] seeded this thread, in which case it
 //!   is a seeded generator: the same seed draws the same timeouts.
 //! - **blocking work**: the log store runs its redb transactions through
-//!   [`AsyncRuntime::spawn_blocking`] (a new OS thread each call in
-//!   openraft's default). On a simulated thread ([`is_simulated`]) the work
-//!   runs inline instead: another thread finishing at a wall-clock moment
-//!   is nondeterminism, and while it ran, paused tokio time would jump
-//!   ahead and fire election timers. [`blocking`] is the same choice for
-//!   Palisade's own blocking work (snapshots, files).
+//!   [`AsyncRuntime::spawn_blocking`]. On a simulated thread
+//!   ([`is_simulated`]) the work runs inline: another thread finishing at a
+//!   wall-clock moment is nondeterminism, and while it ran, paused tokio
+//!   time would jump ahead and fire election timers. [`blocking`] is the
+//!   same choice for Palisade's own blocking work (snapshots, files).
 //!
-//! Outside a simulation nothing changes: production threads are never
-//! seeded and never marked simulated.
+//! Outside a simulation, blocking work runs on the current tokio runtime's
+//! blocking pool, not on a new OS thread per call (openraft's default,
+//! which `openraft-rt-tokio` keeps). Two reasons: a thread per log append
+//! is a `clone`/`exit` pair on the write path, and a thread of its own
+//! belongs to no runtime — when a runtime is dropped (an in-process
+//! replica crashed by the chaos harness) it goes on holding what its
+//! closure captured, the log database among it, so the restarted replica
+//! found the log "already open in another process". The pool is drained
+//! when its runtime drops: work not started yet is dropped, work under
+//! way finishes first (as an in-flight syscall does at SIGKILL).
+//!
+//! Production threads are never seeded and never marked simulated.
 #![allow(deprecated)] // openraft 0.10 re-exports `TokioRuntime` as deprecated; it is the one we wrap.
 
 use std::cell::Cell;
@@ -191,10 +200,21 @@ impl AsyncRuntime for PalisadeRuntime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        use futures::future::Either;
         if is_simulated() {
-            futures::future::Either::Left(async move { Ok(f()) })
-        } else {
-            futures::future::Either::Right(TokioRuntime::spawn_blocking(f))
+            return Either::Left(async move { Ok(f()) });
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let task = runtime.spawn_blocking(f);
+                Either::Right(Either::Left(async move {
+                    task.await
+                        .map_err(|error| io::Error::other(format!("blocking task failed: {error}")))
+                }))
+            }
+            // Outside any runtime there is no pool to use: openraft's
+            // default (a thread of its own).
+            Err(_) => Either::Right(Either::Right(TokioRuntime::spawn_blocking(f))),
         }
     }
 }
@@ -215,4 +235,52 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
         }
     }
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use openraft::AsyncRuntime;
+
+    use super::PalisadeRuntime;
+
+    /// Blocking work belongs to the runtime that started it: once the
+    /// runtime is dropped, nothing its work captured is still held. With a
+    /// thread per call (openraft's default) the work outlived the runtime
+    /// and kept a crashed replica's log database open.
+    #[test]
+    fn blocking_work_ends_with_its_runtime() {
+        let held = Arc::new(());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let captured = held.clone();
+        runtime.block_on(async move {
+            // Not awaited: the runtime goes while the work is under way.
+            drop(PalisadeRuntime::spawn_blocking(move || {
+                started_tx.send(()).expect("the test waits");
+                std::thread::sleep(Duration::from_millis(300));
+                drop(captured);
+            }));
+        });
+        started_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the work started");
+        drop(runtime);
+        assert_eq!(
+            Arc::strong_count(&held),
+            1,
+            "blocking work still holds what it captured after its runtime was dropped"
+        );
+    }
+
+    /// Outside any runtime the work still runs (on a thread of its own).
+    #[test]
+    fn blocking_work_outside_a_runtime_still_runs() {
+        let answer = futures::executor::block_on(PalisadeRuntime::spawn_blocking(|| 42));
+        assert_eq!(answer.expect("the work ran"), 42);
+    }
 }
