@@ -21,6 +21,8 @@ use palisade_proto::v1::palisade_client::PalisadeClient;
 
 /// Requests sent to the stalled replica, each given up after a short wait.
 const ABANDONED_REQUESTS: usize = 64;
+/// Times the scenario is played before the test gives up on producing it.
+const ATTEMPTS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_closed_after_a_stall_is_an_unknown_outcome() {
@@ -34,7 +36,40 @@ async fn a_connection_closed_after_a_stall_is_an_unknown_outcome() {
         .await
         .expect("a leader is elected");
     let (node, uri) = cluster.endpoints()[0].clone();
-    let channel = tonic::transport::Endpoint::from_shared(uri)
+    // The server closes the connection only if it saw enough streams reset
+    // before it accepted them; on a loaded machine the client may give up
+    // on a request before it even sent it. Then the connection stays open
+    // and the scenario is played again on a new one.
+    let mut not_produced = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        match closed_connection_answer(&cluster, node, &uri).await {
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                assert!(
+                    !is_definite(&status),
+                    "a request on a connection the server closed has an unknown outcome: {status:?}"
+                );
+                cluster.shutdown().await;
+                return;
+            }
+            other => not_produced.push(format!("attempt {attempt}: {other:?}")),
+        }
+    }
+    panic!(
+        "the stalled replica never closed the connection (the HTTP/2 server's ENHANCE_YOUR_CALM, \
+         RESOURCE_EXHAUSTED) in {ATTEMPTS} attempts: {}",
+        not_produced.join("; ")
+    );
+}
+
+/// Stalls replica `node`, abandons [`ABANDONED_REQUESTS`] requests to it on
+/// one connection, and returns the answer to one more request sent on that
+/// connection just before the replica thaws.
+async fn closed_connection_answer(
+    cluster: &Cluster,
+    node: u64,
+    uri: &str,
+) -> Result<tonic::Response<v1::Sandbox>, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(uri.to_string())
         .expect("an endpoint")
         .connect()
         .await
@@ -58,7 +93,7 @@ async fn a_connection_closed_after_a_stall_is_an_unknown_outcome() {
             let request = get();
             tokio::spawn(async move {
                 let _ =
-                    tokio::time::timeout(Duration::from_millis(100), client.get_sandbox(request))
+                    tokio::time::timeout(Duration::from_millis(200), client.get_sandbox(request))
                         .await;
             })
         })
@@ -69,21 +104,10 @@ async fn a_connection_closed_after_a_stall_is_an_unknown_outcome() {
     // One more, in flight when the replica thaws.
     let mut last = client.clone();
     let pending = tokio::spawn(async move { last.get_sandbox(get()).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     cluster.resume(node);
-    let answer = tokio::time::timeout(Duration::from_secs(10), pending)
+    tokio::time::timeout(Duration::from_secs(10), pending)
         .await
         .expect("an answer")
-        .expect("the task ran");
-    let status = answer.expect_err("the connection was closed under it");
-    assert_eq!(
-        status.code(),
-        tonic::Code::ResourceExhausted,
-        "the HTTP/2 server's ENHANCE_YOUR_CALM: {status:?}"
-    );
-    assert!(
-        !is_definite(&status),
-        "a request on a connection the server closed has an unknown outcome: {status:?}"
-    );
-    cluster.shutdown().await;
+        .expect("the task ran")
 }
