@@ -69,12 +69,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    if is_simulated() {
-        return Ok(work());
-    }
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|error| io::Error::other(format!("blocking task failed: {error}")))
+    <PalisadeRuntime as AsyncRuntime>::spawn_blocking(work).await
 }
 
 /// SplitMix64: small, fast, and good enough for election jitter.
