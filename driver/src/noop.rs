@@ -37,7 +37,7 @@
 //!
 //! Select it with `palisade gateway run --driver noop`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,8 +46,14 @@ use super::{
     Fence, LaunchSpec,
 };
 
-/// Most tombstones a noop driver remembers; beyond, the oldest is forgotten.
-pub const NOOP_TOMBSTONES_MAX: usize = 1_000_000;
+/// Most tombstones a noop driver remembers; beyond, the oldest is forgotten
+/// (with its sandbox's fence). What a tombstone is for, refusing a launch
+/// that a deposed leader still sends after the removal, arrives within
+/// seconds; 100,000 removals cover minutes at benchmark rates. Each costs
+/// ~150 bytes (one shared copy of the sandbox id, its fence's order): a
+/// heap profile of a 10-minute soak put a million of them (then copies of
+/// the whole fence, the id three times) behind most of a leader's growth.
+pub const NOOP_TOMBSTONES_MAX: usize = 100_000;
 
 /// A launch whose spec's environment sets this variable (to anything) is
 /// rejected, as a launch whose command cannot start would be: the sandbox
@@ -57,13 +63,111 @@ pub const NOOP_REJECT_LAUNCH_VARIABLE: &str = "PALISADE_NOOP_REJECT_LAUNCH";
 /// The identity of every noop driver.
 pub const NOOP_IDENTITY: &str = "noop";
 
+/// The highest fence a noop driver admitted for one sandbox, without the
+/// sandbox id (the map's key) and with its cluster id shared.
+#[derive(Debug)]
+struct SeenFence {
+    cluster_id: Arc<str>,
+    term: u64,
+    operation_index: u64,
+    generation: u64,
+}
+
+impl SeenFence {
+    fn admits(&self, fence: &Fence) -> bool {
+        *self.cluster_id == *fence.cluster_id && fence.order() >= (self.term, self.operation_index)
+    }
+}
+
+impl std::fmt::Display for SeenFence {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "fence(term {}, operation {}, generation {})",
+            self.term, self.operation_index, self.generation
+        )
+    }
+}
+
+/// What the driver remembers of one sandbox.
+#[derive(Debug)]
+struct SandboxRecord {
+    fence: SeenFence,
+    removed: bool,
+}
+
 #[derive(Debug, Default)]
 struct NoopState {
-    /// Highest fence admitted per sandbox.
-    fences: HashMap<String, Fence>,
-    /// Removed sandboxes, and the order they were removed in (oldest first).
-    tombstones: HashSet<String>,
-    tombstone_order: VecDeque<String>,
+    /// Per sandbox, the highest fence admitted and whether it was removed.
+    sandboxes: HashMap<Arc<str>, SandboxRecord>,
+    /// Removed sandboxes, oldest first (the ids are the map's keys,
+    /// shared).
+    removal_order: VecDeque<Arc<str>>,
+    /// The cluster id of the last fence admitted, shared by every record
+    /// of that cluster (a driver serves one cluster).
+    cluster_id: Option<Arc<str>>,
+}
+
+impl NoopState {
+    fn is_removed(&self, sandbox_id: &str) -> bool {
+        self.sandboxes
+            .get(sandbox_id)
+            .is_some_and(|record| record.removed)
+    }
+
+    fn shared_cluster_id(&mut self, cluster_id: &str) -> Arc<str> {
+        match &self.cluster_id {
+            Some(shared) if **shared == *cluster_id => shared.clone(),
+            _ => {
+                let shared: Arc<str> = Arc::from(cluster_id);
+                self.cluster_id = Some(shared.clone());
+                shared
+            }
+        }
+    }
+
+    /// Records `fence` as the highest admitted for its sandbox.
+    fn admit(&mut self, fence: &Fence) {
+        let seen = SeenFence {
+            cluster_id: self.shared_cluster_id(&fence.cluster_id),
+            term: fence.term,
+            operation_index: fence.operation_index,
+            generation: fence.generation,
+        };
+        match self.sandboxes.get_mut(fence.sandbox_id.as_str()) {
+            Some(record) => record.fence = seen,
+            None => {
+                self.sandboxes.insert(
+                    Arc::from(fence.sandbox_id.as_str()),
+                    SandboxRecord {
+                        fence: seen,
+                        removed: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Marks an admitted sandbox removed; forgets the oldest removed one
+    /// beyond [`NOOP_TOMBSTONES_MAX`].
+    fn mark_removed(&mut self, sandbox_id: &str) {
+        let Some((key, record)) = self.sandboxes.get_key_value(sandbox_id) else {
+            unreachable!("a sandbox is admitted before it is removed");
+        };
+        if record.removed {
+            return;
+        }
+        let key = key.clone();
+        if let Some(record) = self.sandboxes.get_mut(sandbox_id) {
+            record.removed = true;
+        }
+        self.removal_order.push_back(key);
+        if self.removal_order.len() > NOOP_TOMBSTONES_MAX
+            && let Some(oldest) = self.removal_order.pop_front()
+        {
+            self.sandboxes.remove(&oldest);
+        }
+    }
 }
 
 /// The no-op compute driver. See the module documentation.
@@ -90,8 +194,9 @@ impl NoopDriver {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, NoopState> {
-        // The state is two maps updated together under the lock, and no code that
-        // holds it can panic between the two updates, so a poisoned lock is whole.
+        // The state is a map and a queue updated together under the lock, and no
+        // code that holds it can panic between the two updates, so a poisoned
+        // lock is whole.
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -111,14 +216,17 @@ impl NoopDriver {
             });
         }
         let mut state = self.lock();
-        if let Some(seen) = state.fences.get(sandbox_id)
-            && !fence.admits_after(seen)
+        if let Some(record) = state.sandboxes.get(sandbox_id)
+            && !record.fence.admits(fence)
         {
             return Err(DriverError::Fenced {
-                message: format!("{fence} refused: the driver already saw {seen}"),
+                message: format!(
+                    "{fence} refused: the driver already saw {} of sandbox {sandbox_id}",
+                    record.fence
+                ),
             });
         }
-        state.fences.insert(sandbox_id.to_owned(), fence.clone());
+        state.admit(fence);
         effect(&mut state)
     }
 }
@@ -148,7 +256,7 @@ impl ComputeDriver for NoopDriver {
             return Box::pin(async move { Err(DriverError::Rejected { message }) });
         }
         let result = self.fenced(&spec.sandbox_id, Some(spec.generation), fence, |state| {
-            if state.tombstones.contains(&spec.sandbox_id) {
+            if state.is_removed(&spec.sandbox_id) {
                 return Err(DriverError::Fenced {
                     message: format!("sandbox {} was removed", spec.sandbox_id),
                 });
@@ -163,7 +271,7 @@ impl ComputeDriver for NoopDriver {
         sandbox_id: &'a str,
         generation: u64,
     ) -> DriverFuture<'a, ExecutionStatus> {
-        let status = if self.lock().tombstones.contains(sandbox_id) {
+        let status = if self.lock().is_removed(sandbox_id) {
             ExecutionStatus::Absent
         } else {
             ExecutionStatus::Running {
@@ -186,15 +294,7 @@ impl ComputeDriver for NoopDriver {
 
     fn remove<'a>(&'a self, sandbox_id: &'a str, fence: &'a Fence) -> DriverFuture<'a, ()> {
         let result = self.fenced(sandbox_id, None, fence, |state| {
-            if state.tombstones.insert(sandbox_id.to_owned()) {
-                state.tombstone_order.push_back(sandbox_id.to_owned());
-                if state.tombstone_order.len() > NOOP_TOMBSTONES_MAX
-                    && let Some(oldest) = state.tombstone_order.pop_front()
-                {
-                    state.tombstones.remove(&oldest);
-                    state.fences.remove(&oldest);
-                }
-            }
+            state.mark_removed(sandbox_id);
             Ok(())
         });
         Box::pin(async move { result })
@@ -328,6 +428,44 @@ mod tests {
             .await
             .unwrap_err();
         assert!(mismatched.is_definite_no_effect(), "{mismatched}");
+    }
+
+    #[tokio::test]
+    async fn tombstones_are_bounded_the_oldest_forgotten_first() {
+        let driver = NoopDriver::new();
+        let removed = NOOP_TOMBSTONES_MAX + 10;
+        for n in 0..removed {
+            let id = format!("s{n}");
+            let fence = Fence {
+                sandbox_id: id.clone(),
+                ..fence("c", 1, 1, n as u64 + 1)
+            };
+            driver.remove(&id, &fence).await.unwrap();
+            // A retry of the removal is idempotent: one tombstone.
+            driver.remove(&id, &fence).await.unwrap();
+        }
+        {
+            let state = driver.lock();
+            assert_eq!(state.removal_order.len(), NOOP_TOMBSTONES_MAX);
+            assert_eq!(state.sandboxes.len(), NOOP_TOMBSTONES_MAX);
+            let first = state.sandboxes.values().next().unwrap();
+            assert!(
+                Arc::ptr_eq(&first.fence.cluster_id, state.cluster_id.as_ref().unwrap()),
+                "every record shares the cluster id"
+            );
+        }
+        assert_eq!(
+            driver.inspect("s0", 1).await.unwrap(),
+            ExecutionStatus::Running {
+                handle: NoopDriver::handle("s0", 1)
+            },
+            "the oldest tombstone was forgotten"
+        );
+        let newest = format!("s{}", removed - 1);
+        assert_eq!(
+            driver.inspect(&newest, 1).await.unwrap(),
+            ExecutionStatus::Absent
+        );
     }
 
     #[tokio::test]

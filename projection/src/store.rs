@@ -175,6 +175,11 @@ pub(crate) async fn write_batch(
     hook: Option<&StageHook>,
 ) -> Result<Written, ProjectionError> {
     let mut tx = pool.begin().await?;
+    // The commit returns before its WAL is flushed (see the projector's
+    // module doc, "Durability"): a batch never waits for PostgreSQL's disk.
+    sqlx::query("SET LOCAL synchronous_commit = off")
+        .execute(&mut *tx)
+        .await?;
     advance_checkpoint(&mut tx, node_id, from, to, cluster_id).await?;
     at_stage(hook, BatchStage::CheckpointAdvanced).await;
     write_plan(&mut tx, plan).await?;

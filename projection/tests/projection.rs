@@ -11,6 +11,8 @@
 //!   restarted leaves the projection equal and every event exactly once;
 //! - PostgreSQL stopped under load: writes go on, the projector retries,
 //!   catches up when it returns, nothing is lost or doubled;
+//! - batches PostgreSQL acknowledged and a crash took back (the
+//!   projector does not wait for its disk) are projected again;
 //! - a log compacted past the checkpoint is resynced from the state in
 //!   one transaction, and the gap is recorded;
 //! - two projectors at once never double-apply: the loser of the guarded
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use palisade_lifecycle::{SandboxPhase, State};
+use palisade_projection::test_postgres::{Durability, Shutdown};
 use palisade_projection::workload::Workload;
 use palisade_projection::{
     BatchStage, MemoryReplica, ProjectedRows, Projection, ProjectionConfig, Projector,
@@ -67,9 +70,13 @@ struct Harness {
 
 impl Harness {
     async fn new(seed: u64) -> Result<Self> {
+        Self::with(seed, Durability::Fast).await
+    }
+
+    async fn with(seed: u64, durability: Durability) -> Result<Self> {
         init_tracing();
         Ok(Self {
-            postgres: TestPostgres::start().await?,
+            postgres: TestPostgres::start_with(durability).await?,
             replica: MemoryReplica::new(),
             workload: Workload::new(seed),
             responses: BTreeMap::new(),
@@ -463,6 +470,76 @@ async fn postgres_stopped_under_load_then_projection_catches_up() -> Result<()> 
     let status = projection.status();
     ensure!(status.last_error.is_none(), "{status}");
     println!("{status:?} (server in {postgres_directory:?})");
+    task.abort();
+    Ok(())
+}
+
+/// A batch commits without waiting for PostgreSQL's disk (the
+/// projector's module doc, "Durability"). On a server that flushes every
+/// commit otherwise, and whose WAL writer flushes asynchronous commits only
+/// every 10 s, a crash (`pg_ctl stop -m immediate`) right after the
+/// projector caught up loses batches PostgreSQL acknowledged; the running
+/// projector finds the checkpoint moved back and projects them again,
+/// each event still exactly once. With commits that wait for the disk
+/// nothing is lost and the test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_a_crash_took_back_are_projected_again() -> Result<()> {
+    let mut harness = Harness::with(seed(), Durability::Durable).await?;
+    if !harness.postgres.is_local() {
+        println!("DATABASE_URL is set: cannot crash that server; skipped");
+        return Ok(());
+    }
+    {
+        let admin = sqlx::PgPool::connect(harness.postgres.url()).await?;
+        sqlx::query("ALTER SYSTEM SET wal_writer_delay = '10s'")
+            .execute(&admin)
+            .await?;
+        sqlx::query("SELECT pg_reload_conf()")
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+    }
+    let config = ProjectionConfig {
+        batch_entries_max: 64,
+        // No shadow after the first batch: storing one vacuums, which
+        // flushes the WAL.
+        shadow_interval_entries: 1_000_000,
+        ..ProjectionConfig::new(harness.postgres.url(), 1)
+    };
+    let (projector, projection) = Projector::new(config, harness.replica.clone())?;
+    let (task, _active) = run(projector);
+    // The WAL writer wakes every 10 s and then flushes whatever is
+    // committed: a crash just after it loses nothing. Up to three rounds.
+    let mut lost = None;
+    for _ in 0..3 {
+        harness.drive_steadily(300).await;
+        let acknowledged = harness.replica.last().index;
+        projection.wait_for_index(acknowledged, WAIT).await?;
+        tokio::task::block_in_place(|| harness.postgres.stop_with(Shutdown::Immediate))?;
+        tokio::task::block_in_place(|| harness.postgres.restart())?;
+        let after = palisade_projection::store::read_checkpoint(projection.pool())
+            .await?
+            .position
+            .index;
+        println!("acknowledged through {acknowledged}, after the crash {after}");
+        if after < acknowledged {
+            lost = Some((acknowledged, after));
+            break;
+        }
+    }
+    let Some((acknowledged, after)) = lost else {
+        anyhow::bail!(
+            "three crashes lost no acknowledged batch: the projector's commits wait for the disk"
+        );
+    };
+    harness.drive_steadily(200).await;
+    assert_rows_equal(&projection, &harness.replica).await?;
+    assert_events_exactly_once(&projection, &harness, None).await?;
+    println!(
+        "entries {}..={acknowledged} projected again; {}",
+        after + 1,
+        projection.status()
+    );
     task.abort();
     Ok(())
 }
