@@ -577,12 +577,17 @@ async fn serve_replica(
     };
     let metrics = Arc::new(Metrics::new(config.postgres_url.is_some()));
     let members_heard = MembersHeard::open(&config.data_dir)?;
-    let log_store =
-        LogStore::<TypeConfig>::open(config.data_dir.join("raft-log")).map_err(|error| {
-            NodeError::LogStore {
-                path: config.data_dir.clone(),
-                message: error.to_string(),
-            }
+    // In the deterministic simulation the log commits on the simulation's
+    // thread (see `palisade_storage::WriteMode`).
+    let write_mode = if palisade_raft::runtime::is_simulated() {
+        palisade_storage::WriteMode::Inline
+    } else {
+        palisade_storage::WriteMode::Thread
+    };
+    let log_store = LogStore::<TypeConfig>::open_with(config.data_dir.join("raft-log"), write_mode)
+        .map_err(|error| NodeError::LogStore {
+            path: config.data_dir.clone(),
+            message: error.to_string(),
         })?;
     log_store.set_timings(Arc::new(crate::observe::LogTimings(metrics.log.clone())));
     // Projection: the projector reads the log through its own reader.
@@ -633,6 +638,7 @@ async fn serve_replica(
         peers.clone(),
     ));
     let snapshot_cadence = tokio::spawn(crate::snapshot_cadence::run(
+        node_id,
         raft.clone(),
         state.clone(),
         config.log_policy.snapshot_interval_entries,

@@ -358,7 +358,7 @@ impl Metrics {
         );
         registry.register(
             "raft_log_append_seconds",
-            "Time to append a batch of entries to the durable log (encode, write, fsync)",
+            "Time from an append of a batch of entries to its durable commit (encode, the writer's queue, write, fsync)",
             self.log.append_seconds.clone(),
         );
         registry.register(

@@ -206,6 +206,26 @@ pub enum LogStoreError {
         /// The persisted committed index.
         committed: u64,
     },
+
+    /// A write shared its transaction with one that failed; neither was
+    /// committed.
+    #[error(
+        "log database {operation} failed: it was committed together with another write that \
+         failed ({cause})"
+    )]
+    FailedWithBatch {
+        /// What the store was doing.
+        operation: &'static str,
+        /// The other write's error.
+        cause: String,
+    },
+
+    /// The thread that writes the log could not be started, or is gone.
+    #[error("the log's writer thread {problem}; restart the replica")]
+    WriterStopped {
+        /// What happened to it.
+        problem: String,
+    },
 }
 
 impl LogStoreError {
@@ -223,6 +243,9 @@ impl LogStoreError {
             LogStoreError::UnsupportedFormat { .. }
             | LogStoreError::Corrupt { .. }
             | LogStoreError::Undecodable { .. } => io::ErrorKind::InvalidData,
+            LogStoreError::FailedWithBatch { .. } | LogStoreError::WriterStopped { .. } => {
+                io::ErrorKind::Other
+            }
             LogStoreError::Encode { .. }
             | LogStoreError::NotContiguous { .. }
             | LogStoreError::TruncateCommitted { .. } => io::ErrorKind::InvalidInput,

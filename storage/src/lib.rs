@@ -62,6 +62,7 @@ pub use log_store::LogReader;
 pub use log_store::LogStore;
 pub use log_store::LogTimings;
 pub use log_store::READ_BATCH_BYTES_MAX;
+pub use log_store::WriteMode;
 pub use receipt_table::{ReceiptTable, ReceiptTableError, ReceiptView};
 pub use snapshot_bytes::{SnapshotBytes, SnapshotReader, SnapshotSpool};
 pub use snapshot_files::SNAPSHOT_FILE_NAME;

@@ -26,6 +26,7 @@ use openraft::testing::log::Suite;
 use openraft::type_config::TypeConfigExt;
 use palisade_storage::LogStore;
 use palisade_storage::SnapshotFiles;
+use palisade_storage::WriteMode;
 use serde::Deserialize;
 use serde::Serialize;
 use tempfile::TempDir;
@@ -136,8 +137,9 @@ impl RaftStateMachine<TestConfig> for StateMachine {
     }
 }
 
-/// Builds a fresh log store and state machine in a temporary directory.
-struct Builder;
+/// Builds a fresh log store (committing as the mode says) and state
+/// machine in a temporary directory.
+struct Builder(WriteMode);
 
 impl StoreBuilder<TestConfig, LogStore<TestConfig>, StateMachine, TempDir> for Builder {
     async fn build(
@@ -146,8 +148,8 @@ impl StoreBuilder<TestConfig, LogStore<TestConfig>, StateMachine, TempDir> for B
         let storage_error =
             |error: io::Error| StorageError::read(TestConfig::err_from_error(&error));
         let dir = tempfile::tempdir().map_err(storage_error)?;
-        let store =
-            LogStore::open(dir.path().join("log")).map_err(|error| storage_error(error.into()))?;
+        let store = LogStore::open_with(dir.path().join("log"), self.0)
+            .map_err(|error| storage_error(error.into()))?;
         let snapshots = SnapshotFiles::open(dir.path().join("snapshot"))
             .map_err(|error| storage_error(error.into()))?;
         let state_machine = StateMachine {
@@ -160,6 +162,13 @@ impl StoreBuilder<TestConfig, LogStore<TestConfig>, StateMachine, TempDir> for B
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_storage_suite() -> anyhow::Result<()> {
-    Suite::test_all(Builder).await?;
+    Suite::test_all(Builder(WriteMode::Thread)).await?;
+    Ok(())
+}
+
+/// The deterministic simulation's mode (writes on the calling thread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_storage_suite_with_inline_writes() -> anyhow::Result<()> {
+    Suite::test_all(Builder(WriteMode::Inline)).await?;
     Ok(())
 }
