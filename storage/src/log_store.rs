@@ -496,10 +496,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
                 problem: "stopped before the write was committed".into(),
             }),
         };
-        result.map_err(|error| {
-            tracing::error!(%error, "Raft log storage failed");
-            io::Error::from(error)
-        })
+        result.map_err(storage_failed)
     }
 }
 
@@ -817,10 +814,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
                 {
                     timings.appended(started.elapsed());
                 }
-                callback.io_completed(result.map_err(|error| {
-                    tracing::error!(%error, "Raft log storage failed");
-                    io::Error::from(error)
-                }));
+                callback.io_completed(result.map_err(storage_failed));
             }),
             append: Some(sequence),
         });
@@ -1004,37 +998,25 @@ fn drop_pending(shared: &Shared, sequence: u64) {
         .retain(|_, (queued_by, _)| *queued_by != sequence);
 }
 
-/// Runs the work of `jobs` in one transaction and commits it durably; on
-/// a failure, the position of the job that failed (0 when the transaction
-/// itself failed) and its error.
-fn commit_jobs(shared: &Shared, jobs: &mut [WriteJob]) -> Result<(), (usize, LogStoreError)> {
-    let operation = jobs[0].operation;
-    let at_start = |error| (0, error);
-    let mut txn = shared
-        .db
-        .begin_write()
-        .map_err(LogStoreError::database(operation))
-        .map_err(at_start)?;
-    txn.set_durability(Durability::Immediate)
-        .map_err(LogStoreError::database(operation))
-        .map_err(at_start)?;
-    for (position, job) in jobs.iter_mut().enumerate() {
-        let work = std::mem::replace(&mut job.work, Box::new(|_, _| Ok(())));
-        if let Err(error) = work(shared, &txn) {
-            if let Err(abort_error) = txn.abort() {
-                tracing::warn!(%abort_error, operation = job.operation, "aborting a log transaction failed");
+/// Runs `works` in one transaction and commits it durably; on a failure,
+/// the position of the work that failed (0 when the transaction itself
+/// failed) and its error.
+fn commit_together(
+    shared: &Shared,
+    operation: &'static str,
+    works: Vec<WriteWork>,
+) -> Result<(), (usize, LogStoreError)> {
+    write_with(
+        shared,
+        operation,
+        |txn| {
+            for (position, work) in works.into_iter().enumerate() {
+                work(shared, txn).map_err(|error| (position, error))?;
             }
-            return Err((position, error));
-        }
-    }
-    let started = std::time::Instant::now();
-    txn.commit()
-        .map_err(LogStoreError::database(operation))
-        .map_err(at_start)?;
-    if let Some(timings) = shared.timings.get() {
-        timings.committed(started.elapsed());
-    }
-    Ok(())
+            Ok(())
+        },
+        |error| (0, error),
+    )
 }
 
 /// The writer thread (see the module doc): commits the queued jobs in
@@ -1053,22 +1035,27 @@ fn write_loop(shared: &Shared, queued: &mpsc::Receiver<WriteJob>) {
 }
 
 /// Commits `jobs` together and tells each its outcome.
-fn run_batch(shared: &Shared, mut jobs: Vec<WriteJob>) {
-    let mut failure = commit_jobs(shared, &mut jobs).err();
+fn run_batch(shared: &Shared, jobs: Vec<WriteJob>) {
+    let operation = jobs[0].operation;
+    let (works, jobs): (Vec<_>, Vec<_>) = jobs
+        .into_iter()
+        .map(|job| (job.work, (job.operation, job.done, job.append)))
+        .unzip();
+    let mut failure = commit_together(shared, operation, works).err();
     let cause = failure.as_ref().map(|(_, error)| error.to_string());
-    for (position, job) in jobs.into_iter().enumerate() {
-        if let Some(sequence) = job.append {
+    for (position, (operation, done, append)) in jobs.into_iter().enumerate() {
+        if let Some(sequence) = append {
             drop_pending(shared, sequence);
         }
         let outcome = match (failure.take_if(|(at, _)| *at == position), &cause) {
             (Some((_, error)), _) => Err(error),
             (None, Some(cause)) => Err(LogStoreError::FailedWithBatch {
-                operation: job.operation,
+                operation,
                 cause: cause.clone(),
             }),
             (None, None) => Ok(()),
         };
-        (job.done)(outcome);
+        done(outcome);
     }
 }
 
@@ -1169,16 +1156,28 @@ fn write<T>(
     operation: &'static str,
     body: impl FnOnce(&WriteTransaction) -> Result<T, LogStoreError>,
 ) -> Result<T, LogStoreError> {
+    write_with(shared, operation, body, |error| error)
+}
+
+/// [`write`] for a body with an error of its own; `from_store` wraps the
+/// transaction's own errors in it.
+fn write_with<T, E>(
+    shared: &Shared,
+    operation: &'static str,
+    body: impl FnOnce(&WriteTransaction) -> Result<T, E>,
+    from_store: impl Fn(LogStoreError) -> E,
+) -> Result<T, E> {
+    let failed = |source: redb::Error| from_store(LogStoreError::database(operation)(source));
     let mut txn = shared
         .db
         .begin_write()
-        .map_err(LogStoreError::database(operation))?;
+        .map_err(|error| failed(error.into()))?;
     txn.set_durability(Durability::Immediate)
-        .map_err(LogStoreError::database(operation))?;
+        .map_err(|error| failed(error.into()))?;
     match body(&txn) {
         Ok(value) => {
             let started = std::time::Instant::now();
-            txn.commit().map_err(LogStoreError::database(operation))?;
+            txn.commit().map_err(|error| failed(error.into()))?;
             if let Some(timings) = shared.timings.get() {
                 timings.committed(started.elapsed());
             }
@@ -1193,6 +1192,12 @@ fn write<T>(
     }
 }
 
+/// A store error for openraft, logged: openraft stops the replica on it.
+fn storage_failed(error: LogStoreError) -> io::Error {
+    tracing::error!(%error, "Raft log storage failed");
+    io::Error::from(error)
+}
+
 /// Runs blocking store work on the runtime's blocking pool and converts its
 /// error for openraft.
 async fn run_blocking<C, T>(
@@ -1202,13 +1207,7 @@ where
     C: RaftTypeConfig,
     T: Send + 'static,
 {
-    match C::spawn_blocking(work).await? {
-        Ok(value) => Ok(value),
-        Err(error) => {
-            tracing::error!(%error, "Raft log storage failed");
-            Err(io::Error::from(error))
-        }
-    }
+    C::spawn_blocking(work).await?.map_err(storage_failed)
 }
 
 fn decode_entry<C: RaftTypeConfig>(index: u64, stored: &[u8]) -> Result<C::Entry, LogStoreError> {
