@@ -146,6 +146,15 @@ pub struct RunArgs {
     #[arg(long, default_value_t = ServerLimits::default().watchers_max as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub watchers_max: u64,
+    /// Changes this replica sends to all its WatchSandboxes streams
+    /// together per second (a second's worth, at most 1,000, may go at
+    /// once). A stream over it waits its turn, first come first served; a
+    /// watcher that falls further behind than the retained changes is told
+    /// to list again (OUT_OF_RANGE, RESOURCE_VERSION_TOO_OLD). Bounds what
+    /// watchers cost the replica however many there are.
+    #[arg(long, default_value_t = ServerLimits::default().watch_events_per_second_max,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub watch_events_per_second_max: u64,
     /// Seconds a write handler waits for its operation to end (launch,
     /// stop, removal) before answering UNAVAILABLE / OUTCOME_PENDING; the
     /// operation goes on and a retry with the same request id waits again.
@@ -561,6 +570,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             requests_in_flight_max: args.requests_in_flight_max as usize,
             streams_per_connection_max: args.streams_per_connection_max,
             watchers_max: args.watchers_max as usize,
+            watch_events_per_second_max: args.watch_events_per_second_max,
         },
         executor: ExecutorConfig {
             stop_grace: Duration::from_secs(args.stop_grace_seconds),

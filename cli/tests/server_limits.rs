@@ -336,6 +336,11 @@ async fn a_write_handler_waits_at_most_the_operation_wait_limit() {
 
 /// Creates sandbox `name` and answers its resource version.
 async fn create_named(client: &mut PalisadeClient<Channel>, name: String) -> u64 {
+    created_metadata(client, name).await.resource_version
+}
+
+/// Creates sandbox `name` (default spec) and answers its metadata.
+async fn created_metadata(client: &mut PalisadeClient<Channel>, name: String) -> v1::ObjectMeta {
     client
         .create_sandbox(v1::CreateSandboxRequest {
             name,
@@ -347,7 +352,6 @@ async fn create_named(client: &mut PalisadeClient<Channel>, name: String) -> u64
         .into_inner()
         .metadata
         .expect("metadata")
-        .resource_version
 }
 
 /// Reads `stream` until a change at `last` or later (within 60 s),
@@ -624,4 +628,70 @@ async fn a_watcher_far_behind_takes_its_changes_a_batch_at_a_time() {
     // And it still gets every change, in order, to the last.
     read.extend(read_through(&mut behind, changes[9], last).await);
     assert_eq!(read, changes, "the same changes as the fast watcher");
+}
+
+/// The watchers' send budget (`--watch-events-per-second-max`): changes
+/// reach a watcher no faster than the budget allows (a burst of a second's
+/// worth, then the rate), and none is lost on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_are_paced_by_the_send_budget_and_lose_nothing() {
+    const EVENTS_PER_SECOND: u64 = 20;
+    const SANDBOXES: usize = 60;
+    let cluster = Cluster::start(
+        1,
+        &["--driver", "noop", "--watch-events-per-second-max", "20"],
+    );
+    cluster.wait_for_leader(&[1]).await;
+    let uri = cluster.replica(1).uri();
+    let mut client = direct_client(&uri, Duration::from_secs(60)).await;
+    let mut stream = client
+        .watch_sandboxes(v1::WatchSandboxesRequest::default())
+        .await
+        .expect("a watch")
+        .into_inner();
+    let started = tokio::time::Instant::now();
+
+    // Created at once: each is at least two changes (added, then ready).
+    let mut creates = Vec::new();
+    for n in 0..SANDBOXES {
+        let mut client = client.clone();
+        creates.push(tokio::spawn(async move {
+            created_metadata(&mut client, format!("paced-{n}")).await.id
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for create in creates {
+        ids.insert(create.await.expect("a create"));
+    }
+    let created_after = started.elapsed();
+
+    let mut events = 0u64;
+    let mut ready = std::collections::HashSet::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while ready.len() < SANDBOXES {
+            let event = stream
+                .message()
+                .await
+                .expect("a watch event")
+                .expect("the stream goes on");
+            events += 1;
+            let sandbox = event.sandbox.expect("a sandbox");
+            let id = sandbox.metadata.expect("metadata").id;
+            let phase = sandbox.status.map(|status| status.phase);
+            if ids.contains(&id) && phase == Some(v1::SandboxPhase::Ready as i32) {
+                ready.insert(id);
+            }
+        }
+    })
+    .await
+    .expect("every created sandbox reaches the watcher, ready");
+    let took = started.elapsed();
+    assert!(events >= 2 * SANDBOXES as u64, "{events} events");
+    // By `t`, at most a burst (20), one batch reserved ahead (64) and
+    // 20 a second can have been sent.
+    let floor = Duration::from_secs_f64((events - 20 - 64) as f64 / EVENTS_PER_SECOND as f64);
+    assert!(
+        took >= floor,
+        "{events} changes reached the watcher in {took:?} (creates done in {created_after:?}): faster than 20 a second"
+    );
 }

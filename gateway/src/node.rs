@@ -135,6 +135,10 @@ pub struct ServerLimits {
     /// refused with RESOURCE_EXHAUSTED (reason OVERLOADED, metadata
     /// `watchers_max`) and a retry delay.
     pub watchers_max: usize,
+    /// Changes sent to all WatchSandboxes streams together per second; a
+    /// stream over it waits its turn (see
+    /// `crate::service::watch_feed`, "Send budget").
+    pub watch_events_per_second_max: u64,
 }
 
 impl Default for ServerLimits {
@@ -143,6 +147,8 @@ impl Default for ServerLimits {
             requests_in_flight_max: 1_024,
             streams_per_connection_max: 256,
             watchers_max: crate::service::watch_feed::WATCHERS_MAX_DEFAULT,
+            watch_events_per_second_max:
+                crate::service::watch_feed::WATCH_EVENTS_PER_SECOND_MAX_DEFAULT,
         }
     }
 }
@@ -720,8 +726,10 @@ async fn serve_replica(
             executor: executor.clone(),
         });
     }
-    let service = PalisadeService::new(replica.clone(), service_driver)
-        .with_watchers_max(config.limits.watchers_max);
+    let service = PalisadeService::new(replica.clone(), service_driver).with_watch_limits(
+        config.limits.watchers_max,
+        config.limits.watch_events_per_second_max,
+    );
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<PalisadeServer<PalisadeService>>()

@@ -182,6 +182,9 @@ pub struct RpcMetrics {
     /// once per change for all watchers (more only for a watcher behind
     /// the shared feed, which converts what it missed itself).
     pub watch_events_encoded: Counter,
+    /// Changes whose sending to a watch stream waited for the watchers'
+    /// send budget (`--watch-events-per-second-max`).
+    pub watch_events_delayed: Counter,
 }
 
 impl Default for RpcMetrics {
@@ -193,6 +196,7 @@ impl Default for RpcMetrics {
             shed: Family::default(),
             watch_streams: Gauge::default(),
             watch_events_encoded: Counter::default(),
+            watch_events_delayed: Counter::default(),
         }
     }
 }
@@ -396,6 +400,11 @@ impl Metrics {
             "watch_events_encoded",
             "Sandbox changes converted to API events for watchers (once per change, shared by all watchers)",
             rpc.watch_events_encoded.clone(),
+        );
+        registry.register(
+            "watch_events_delayed",
+            "Sandbox changes whose sending to a watch stream waited for the watchers' send budget (--watch-events-per-second-max)",
+            rpc.watch_events_delayed.clone(),
         );
         let executor = &self.executor;
         registry.register(

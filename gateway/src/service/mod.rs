@@ -68,6 +68,7 @@ impl PalisadeService {
             data_plane: data_plane::DataPlane::new(driver),
             watch_feed: watch_feed::WatchFeed::new(
                 watch_feed::WATCHERS_MAX_DEFAULT,
+                watch_feed::WATCH_EVENTS_PER_SECOND_MAX_DEFAULT,
                 replica.metrics.clone(),
             ),
             replica,
@@ -75,9 +76,16 @@ impl PalisadeService {
     }
 
     /// Serves at most `watchers_max` WatchSandboxes streams at once
-    /// (`--watchers-max`); one beyond it is refused with RESOURCE_EXHAUSTED.
-    pub fn with_watchers_max(mut self, watchers_max: usize) -> Self {
-        self.watch_feed = watch_feed::WatchFeed::new(watchers_max, self.replica.metrics.clone());
+    /// (`--watchers-max`; one beyond it is refused with
+    /// RESOURCE_EXHAUSTED), and sends them together at most
+    /// `events_per_second_max` changes a second
+    /// (`--watch-events-per-second-max`).
+    pub fn with_watch_limits(mut self, watchers_max: usize, events_per_second_max: u64) -> Self {
+        self.watch_feed = watch_feed::WatchFeed::new(
+            watchers_max,
+            events_per_second_max,
+            self.replica.metrics.clone(),
+        );
         self
     }
 

@@ -1,7 +1,7 @@
 //! WatchSandboxes: a listing (unless resuming), then the change feed,
 //! filtered per request, through a bounded queue per watcher. The number
-//! of watchers and the encoding of the feed are shared
-//! ([`super::watch_feed`]).
+//! of watchers, the send budget the feed is paced by and the encoding of
+//! the feed are shared ([`super::watch_feed`]).
 
 use std::pin::Pin;
 
@@ -123,16 +123,27 @@ pub(super) async fn sandboxes(
                 return;
             };
             let more = events.len() == WATCH_BATCH_EVENTS;
-            for encoded in events {
-                from = encoded.event.resource_version;
-                if !watch_matches(
-                    &request,
-                    &workspace,
-                    &encoded.sandbox_id,
-                    &encoded.workspace,
-                ) {
-                    continue;
-                }
+            if let Some(last) = events.last() {
+                from = last.event.resource_version;
+            }
+            let matching: Vec<_> = events
+                .iter()
+                .filter(|encoded| {
+                    watch_matches(
+                        &request,
+                        &workspace,
+                        &encoded.sandbox_id,
+                        &encoded.workspace,
+                    )
+                })
+                .collect();
+            tokio::select! {
+                // `biased`: deterministic for `--sim`; a gone client first.
+                biased;
+                () = sender.closed() => return,
+                () = feed.before_sending(matching.len()) => {}
+            }
+            for encoded in matching {
                 if sender.send(Ok(encoded.event.clone())).await.is_err() {
                     return;
                 }

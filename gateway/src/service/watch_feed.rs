@@ -1,9 +1,25 @@
 //! What every WatchSandboxes stream of one replica shares: the watcher
-//! limit (`--watchers-max`) and the change feed encoded once.
+//! limit (`--watchers-max`), the send budget
+//! (`--watch-events-per-second-max`) and the change feed encoded once.
 //!
 //! - Limit: a watch takes a slot for as long as its stream lives; one
 //!   beyond the limit is refused before anything starts (RESOURCE_EXHAUSTED,
 //!   reason OVERLOADED, metadata `watchers_max`, a RetryInfo delay).
+//! - Send budget: the changes sent to all watch streams together are
+//!   paced to at most the configured number per second (a burst of up to
+//!   a second's worth, at most [`WATCH_BURST_EVENTS_MAX`], goes at once);
+//!   a stream over it waits its turn, first come first served. Each change
+//!   costs once per watcher (a copy, the wire encoding, the HTTP/2 frame,
+//!   the socket) and a client's HTTP/2 window lets a slow watcher take
+//!   megabytes of changes before it reads any: 500 watchers opening at
+//!   once during a write load took most of the replica's CPU for seconds
+//!   while their windows filled (the load test's small reads waited
+//!   200-450 ms then, 60 ms without watchers). Paced, fan-out costs at
+//!   most a fixed share of the replica whatever the number of watchers;
+//!   watchers that want more than their share fall behind, and once
+//!   further behind than the retained changes they are told to list again
+//!   (RESOURCE_VERSION_TOO_OLD). The listing a watch starts with is not
+//!   paced: it is one copy per watch, not one per change.
 //! - Encoded once: an applied sandbox change is turned into its API event
 //!   (`sandbox_to_proto`: copying the sandbox, minting its execution token)
 //!   once, by whichever watcher asks first, and kept here behind an `Arc`
@@ -20,6 +36,7 @@ use palisade_metrics::Metrics;
 use palisade_proto::v1;
 use palisade_raft::{SandboxChange, StateHandle};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::convert::sandbox_to_proto;
 
@@ -32,6 +49,16 @@ pub const WATCHERS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Most encoded changes kept for the watchers to share.
 pub const ENCODED_EVENTS_MAX: usize = 4_096;
+
+/// Changes one replica sends to all its watch streams together per second,
+/// unless configured (`--watch-events-per-second-max`): a few tenths of one
+/// of this machine's cores (measured with `palisade-load`), and four times
+/// the change rate a cluster sustains at its peak, so that a few watchers
+/// following every change never wait.
+pub const WATCH_EVENTS_PER_SECOND_MAX_DEFAULT: u64 = 20_000;
+
+/// Most changes sent at once after the send budget was left unused.
+pub const WATCH_BURST_EVENTS_MAX: u64 = 1_000;
 
 /// One applied change, encoded for the API, with what a watcher filters on.
 #[derive(Debug)]
@@ -53,11 +80,56 @@ struct Encoded {
     events: VecDeque<Arc<EncodedEvent>>,
 }
 
-/// The watcher slots and the shared feed; cheap to clone.
+/// The watch streams' send budget (see the module doc), a generic cell
+/// rate algorithm: each batch of changes reserves its place on a timeline
+/// that advances `per_event` per change, and waits until its place is no
+/// more than `burst` ahead of now. First come, first served; one sleep per
+/// batch, O(1) under the lock.
+#[derive(Debug)]
+struct SendBudget {
+    per_event: Duration,
+    burst: Duration,
+    /// When every change reserved so far is paid for.
+    paid_until: Mutex<Option<Instant>>,
+}
+
+impl SendBudget {
+    fn new(events_per_second: u64) -> Self {
+        let events_per_second = events_per_second.max(1);
+        let per_event =
+            Duration::from_secs(1) / u32::try_from(events_per_second).unwrap_or(u32::MAX);
+        let burst_events = events_per_second.min(WATCH_BURST_EVENTS_MAX) as u32;
+        Self {
+            per_event,
+            burst: per_event * burst_events,
+            paid_until: Mutex::new(None),
+        }
+    }
+
+    /// Reserves the sending of `events` changes at `now`: when they may be
+    /// sent, if that is later than `now`.
+    fn reserve(&self, events: usize, now: Instant) -> Option<Instant> {
+        let mut paid_until = self
+            .paid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let start = paid_until.map_or(now, |paid_until| paid_until.max(now));
+        let events = u32::try_from(events).unwrap_or(u32::MAX);
+        let until = start + self.per_event.saturating_mul(events);
+        *paid_until = Some(until);
+        until
+            .checked_sub(self.burst)
+            .filter(|&send_at| send_at > now)
+    }
+}
+
+/// The watcher slots, the send budget and the shared feed; cheap to clone.
 #[derive(Clone)]
 pub struct WatchFeed {
     watchers_max: usize,
     slots: Arc<Semaphore>,
+    budget: Arc<SendBudget>,
+    events_per_second_max: u64,
     encoded: Arc<Mutex<Encoded>>,
     /// `watch_streams` and `watch_events_encoded`.
     metrics: Arc<Metrics>,
@@ -76,11 +148,14 @@ impl Drop for WatcherSlot {
 }
 
 impl WatchFeed {
-    /// A feed serving at most `watchers_max` watch streams at once.
-    pub fn new(watchers_max: usize, metrics: Arc<Metrics>) -> Self {
+    /// A feed serving at most `watchers_max` watch streams at once, which
+    /// together are sent at most `events_per_second_max` changes a second.
+    pub fn new(watchers_max: usize, events_per_second_max: u64, metrics: Arc<Metrics>) -> Self {
         Self {
             watchers_max,
             slots: Arc::new(Semaphore::new(watchers_max)),
+            budget: Arc::new(SendBudget::new(events_per_second_max)),
+            events_per_second_max,
             encoded: Arc::default(),
             metrics,
         }
@@ -94,6 +169,23 @@ impl WatchFeed {
     /// Watch streams open now.
     pub fn watchers(&self) -> usize {
         self.watchers_max - self.slots.available_permits()
+    }
+
+    /// The send budget, changes per second.
+    pub fn events_per_second_max(&self) -> u64 {
+        self.events_per_second_max
+    }
+
+    /// Waits until `events` changes may be sent to one watch stream (see
+    /// "Send budget" in the module doc).
+    pub(super) async fn before_sending(&self, events: usize) {
+        if events == 0 {
+            return;
+        }
+        if let Some(send_at) = self.budget.reserve(events, Instant::now()) {
+            self.metrics.rpc.watch_events_delayed.inc_by(events as u64);
+            tokio::time::sleep_until(send_at).await;
+        }
     }
 
     /// A slot for a new watch stream, or the refusal to answer with.
@@ -215,5 +307,49 @@ fn encode(
             sandbox: Some(sandbox_to_proto(&event.sandbox, cluster)),
             resource_version: event.index,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unused_budget_lets_a_burst_through_at_once() {
+        let budget = SendBudget::new(1_000);
+        let now = Instant::now();
+        // A second's worth (1,000 changes) goes at once...
+        for _ in 0..1_000 / 50 {
+            assert_eq!(budget.reserve(50, now), None);
+        }
+        // ... the next change waits its 1 ms.
+        assert_eq!(budget.reserve(1, now), Some(now + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn batches_over_the_budget_wait_in_turn_at_its_rate() {
+        let budget = SendBudget::new(20_000);
+        let now = Instant::now();
+        // The burst: 1,000 changes (50 ms at 20,000 a second).
+        assert_eq!(budget.reserve(1_000, now), None);
+        // Then each batch of 64 waits 3.2 ms after the one before it,
+        // first come first served, whoever asks.
+        let mut previous = now;
+        for _ in 0..100 {
+            let send_at = budget.reserve(64, now).expect("over the budget");
+            assert_eq!(send_at - previous, Duration::from_micros(3_200));
+            previous = send_at;
+        }
+        // Later, with nothing reserved meanwhile, a burst is allowed again.
+        let later = previous + Duration::from_secs(1);
+        assert_eq!(budget.reserve(1_000, later), None);
+    }
+
+    #[test]
+    fn a_small_budget_bursts_no_more_than_a_second_of_it() {
+        let budget = SendBudget::new(10);
+        let now = Instant::now();
+        assert_eq!(budget.reserve(10, now), None);
+        assert_eq!(budget.reserve(10, now), Some(now + Duration::from_secs(1)));
     }
 }
