@@ -1013,11 +1013,14 @@ fn commit_together<C: RaftTypeConfig>(
         shared,
         operation,
         |txn| {
-            let mut log = txn
-                .open_table(LOG_TABLE)
-                .map_err(|error| (0, LogStoreError::database("open the log table")(error)))?;
-            purge_step::<C>(shared, txn, &mut log, PURGE_STEP).map_err(|error| (0, error))?;
-            drop(log);
+            // Most transactions have no step to take: they do not open the
+            // log table for it.
+            if shared.purge_ahead().behind {
+                let mut log = txn
+                    .open_table(LOG_TABLE)
+                    .map_err(|error| (0, LogStoreError::database("open the log table")(error)))?;
+                purge_step::<C>(shared, txn, &mut log, PURGE_STEP).map_err(|error| (0, error))?;
+            }
             for (position, work) in works.into_iter().enumerate() {
                 work(shared, txn).map_err(|error| (position, error))?;
             }
