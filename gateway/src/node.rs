@@ -72,23 +72,26 @@ pub struct RaftTiming {
 }
 
 impl Default for RaftTiming {
-    /// Tuned for loopback and LAN: a dead leader is noticed and replaced in
-    /// well under two seconds.
+    /// Chosen from measurements on a 2-core machine (see BENCHMARKS.md,
+    /// "Failover"): a dead leader is replaced in under half a second, and
+    /// a loaded cluster does not elect needlessly.
     ///
     /// openraft's followers honour the leader's lease: one that stops
-    /// hearing heartbeats first waits out the lease (`election_timeout_max`)
+    /// hearing the leader first waits out the lease (`election_timeout_max`)
     /// and then its randomized election timeout before it campaigns, so a
-    /// leader's death is acted on 900-1200 ms after its last heartbeat,
-    /// and a vote round later a new leader writes (measured with
-    /// `palisade-bench`: 1.0-1.3 s from SIGKILL to the next acknowledged
-    /// write; with 400-800 ms it was 1.3-1.7 s). A follower campaigns
-    /// only after at least nine missed heartbeats, so a loaded machine does
-    /// not trigger needless elections.
+    /// leader's death is acted on 320-400 ms after its last heartbeat, and
+    /// a vote round later a new leader writes (`palisade-bench
+    /// --failover-trials 20`: 1.0-1.2 s from SIGKILL to the next
+    /// acknowledged write with the previous 100/300/600). A follower
+    /// campaigns only after six missed heartbeats, and with pre-vote only
+    /// if the other follower missed them too: one stalled replica does not
+    /// unseat a leader (`palisade-soak --requests-per-second` counts the
+    /// elections of a steady run).
     fn default() -> Self {
         Self {
-            heartbeat_ms: 100,
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 600,
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 120,
+            election_timeout_max_ms: 200,
         }
     }
 }

@@ -3,7 +3,14 @@
 //! throughput, failures, every replica's RSS and snapshot size, the
 //! state's tracked size and receipts, the projection's lag (sampled every
 //! second) and, with `--postgres-url`, the database's size and the shadow
-//! tables' size.
+//! tables' size. Also per interval: the replicas' CPU time per request
+//! and the host's steal time (on a shared virtual machine the CPU the
+//! host takes away moves throughput as much as the software does), and
+//! the Raft term, whose growth counts the elections.
+//!
+//! `--requests-per-second` paces the clients to a total rate instead of
+//! running them flat out (a steady run at part of the peak load: no
+//! election should happen in it).
 //!
 //! ```text
 //! cargo build --release -p palisade-cli -p palisade-bench
@@ -42,6 +49,10 @@ struct Args {
     /// time (a fresh request id per request).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     clients: u64,
+    /// Pace the clients to this many requests a second in total (each
+    /// client an equal share); without it they run flat out.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    requests_per_second: Option<u64>,
     /// Seconds between report lines.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=3600))]
     report_seconds: u64,
@@ -77,6 +88,7 @@ struct Interval {
     ok: u64,
     failed: u64,
     seconds: f64,
+    term: u64,
     rss_max: u64,
     snapshot_max: u64,
     db_bytes: Option<u64>,
@@ -104,10 +116,14 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     let counters = Arc::new(Counters::default());
     let deadline = Instant::now() + Duration::from_secs(args.minutes * 60);
     let mut clients = tokio::task::JoinSet::new();
+    // Each client's share of the paced rate: one request per period.
+    let period = args
+        .requests_per_second
+        .map(|rate| Duration::from_secs_f64(args.clients as f64 / rate as f64));
     for client in 0..args.clients as usize {
         let api = PalisadeClient::new(channels[client % channels.len()].clone());
         let counters = counters.clone();
-        clients.spawn(client_loop(api, client, deadline, counters));
+        clients.spawn(client_loop(api, client, deadline, period, counters));
     }
 
     // Projection lag, sampled every second from every replica's view.
@@ -148,12 +164,18 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     let mut intervals = Vec::new();
     let mut last = (0, 0, Instant::now());
     let started = Instant::now();
+    let first_term = state_of(&channels).await.term;
+    let mut last_cpu = cpu_seconds(&pids);
+    let mut last_host = host_times();
     println!(
-        "{:>6} {:>8} {:>6} {:>8} {:>10} {:>12} {:>12} {:>9} {:>12} {:>12}",
+        "{:>6} {:>8} {:>6} {:>8} {:>11} {:>7} {:>5} {:>10} {:>12} {:>12} {:>9} {:>12} {:>12}",
         "min",
         "ok",
         "failed",
         "req/s",
+        "cpu ms/req",
+        "steal %",
+        "term",
         "rss MiB",
         "snapshot MiB",
         "state MiB",
@@ -169,7 +191,11 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
         let failed = counters.failed.load(Ordering::Relaxed);
         let rss: Vec<u64> = pids.iter().map(|pid| rss_bytes(*pid)).collect();
         let snapshots: Vec<u64> = data_dirs.iter().map(|dir| snapshot_bytes(dir)).collect();
-        let (state_bytes, receipts) = state_of(&channels).await;
+        let seen = state_of(&channels).await;
+        let cpu = cpu_seconds(&pids);
+        let host = host_times();
+        let steal_percent = host_steal_percent(last_host, host);
+        last_host = host;
         let lag_p99 = {
             let mut samples = std::mem::take(&mut *lags.lock().unwrap());
             samples.sort_unstable();
@@ -182,23 +208,27 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
             ok: ok - last.0,
             failed: failed - last.1,
             seconds: now.duration_since(last.2).as_secs_f64(),
+            term: seen.term,
             rss_max: rss.iter().copied().max().unwrap_or(0),
             snapshot_max: snapshots.iter().copied().max().unwrap_or(0),
             db_bytes: db.map(|(total, _)| total),
         };
         println!(
-            "{:>6.1} {:>8} {:>6} {:>8.0} {:>10} {:>12.1} {:>12.1} {:>9} {:>12} {:>12}",
+            "{:>6.1} {:>8} {:>6} {:>8.0} {:>11.2} {:>7.1} {:>5} {:>10} {:>12.1} {:>12.1} {:>9} {:>12} {:>12}",
             now.duration_since(started).as_secs_f64() / 60.0,
             interval.ok,
             interval.failed,
             interval.ok as f64 / interval.seconds.max(1e-9),
+            1000.0 * (cpu - last_cpu) / interval.ok.max(1) as f64,
+            steal_percent,
+            interval.term,
             rss.iter()
                 .map(|bytes| format!("{:.0}", mib(*bytes)))
                 .collect::<Vec<_>>()
                 .join("/"),
             mib(interval.snapshot_max),
-            mib(state_bytes),
-            receipts,
+            mib(seen.state_bytes),
+            seen.receipts,
             lag_p99.map_or("-".into(), |lag| lag.to_string()),
             db.map_or("-".into(), |(total, shadow)| format!(
                 "{:.1} (shadow {:.2})",
@@ -207,6 +237,7 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
             )),
         );
         last = (ok, failed, now);
+        last_cpu = cpu;
         intervals.push(interval);
     }
     while clients.join_next().await.is_some() {}
@@ -216,11 +247,14 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     let final_interval = intervals.last().context("no interval was measured")?;
     let rate = |interval: &Interval| interval.ok as f64 / interval.seconds.max(1e-9);
     let failed: u64 = intervals.iter().map(|interval| interval.failed).sum();
+    // Every election, won or not, takes a new term.
+    let elections = final_interval.term.saturating_sub(first_term);
     println!(
-        "verdict: throughput last/first {:.0}/{:.0} req/s = {:.0}%; failed {failed}; RSS max {:.0} MiB (first interval {:.0}); snapshot max {:.1} MiB (first {:.1}); db {} MiB",
+        "verdict: throughput last/first {:.0}/{:.0} req/s = {:.0}%; failed {failed}; elections {elections} (term {first_term} -> {}); RSS max {:.0} MiB (first interval {:.0}); snapshot max {:.1} MiB (first {:.1}); db {} MiB",
         rate(final_interval),
         rate(first),
         100.0 * rate(final_interval) / rate(first).max(1e-9),
+        final_interval.term,
         mib(intervals.iter().map(|i| i.rss_max).max().unwrap_or(0)),
         mib(first.rss_max),
         mib(intervals.iter().map(|i| i.snapshot_max).max().unwrap_or(0)),
@@ -234,17 +268,29 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
 }
 
 /// Creates a sandbox, then deletes it by id, each with a fresh request id,
-/// until `deadline`. A failed request is counted, then retried with the
-/// same request id (exactly once) up to three times.
+/// until `deadline`; with a `period`, one request per period at most. A
+/// failed request is counted, then retried with the same request id
+/// (exactly once) up to three times.
 async fn client_loop(
     mut api: PalisadeClient<Channel>,
     client: usize,
     deadline: Instant,
+    period: Option<Duration>,
     counters: Arc<Counters>,
 ) {
+    // A late request does not make the next ones hurry: the rate is a
+    // ceiling, not a debt.
+    let mut pace = period.map(|period| {
+        let mut pace = tokio::time::interval(period);
+        pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        pace
+    });
     let mut n = 0u64;
     while Instant::now() < deadline {
         n += 1;
+        if let Some(pace) = &mut pace {
+            pace.tick().await;
+        }
         let create = v1::CreateSandboxRequest {
             name: format!("soak-{client}-{n}"),
             spec: Some(v1::SandboxSpec::default()),
@@ -267,6 +313,9 @@ async fn client_loop(
             }
         }
         let Some(id) = created else { continue };
+        if let Some(pace) = &mut pace {
+            pace.tick().await;
+        }
         let delete = v1::DeleteSandboxRequest {
             sandbox: Some(v1::SandboxRef {
                 id,
@@ -291,17 +340,71 @@ async fn client_loop(
     }
 }
 
-/// The leader's tracked state size and receipt count (the largest seen).
-async fn state_of(channels: &[Channel]) -> (u64, u64) {
-    let mut found = (0, 0);
+/// What the replicas report, the largest figure of any.
+#[derive(Debug, Default)]
+struct Seen {
+    state_bytes: u64,
+    receipts: u64,
+    term: u64,
+}
+
+/// The leader's tracked state size and receipt count, and the highest
+/// term (the largest seen).
+async fn state_of(channels: &[Channel]) -> Seen {
+    let mut found = Seen::default();
     for channel in channels {
         let mut admin = ClusterAdminClient::new(channel.clone());
         if let Ok(info) = admin.get_cluster_info(v1::GetClusterInfoRequest {}).await {
             let info = info.into_inner();
-            found = (found.0.max(info.state_bytes), found.1.max(info.receipts));
+            found.state_bytes = found.state_bytes.max(info.state_bytes);
+            found.receipts = found.receipts.max(info.receipts);
+            found.term = found.term.max(info.term);
         }
     }
     found
+}
+
+/// CPU seconds (user and system) the processes `pids` used so far.
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which may hold spaces): state
+            // is the 3rd field, utime the 14th and stime the 15th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) as f64 / ticks_per_second)
+        })
+        .sum()
+}
+
+/// The host's (steal, total) CPU ticks so far, from /proc/stat.
+fn host_times() -> (u64, u64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return (0, 0);
+    };
+    let Some(cpu) = stat.lines().find(|line| line.starts_with("cpu ")) else {
+        return (0, 0);
+    };
+    let ticks: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice,
+    // already counted in user and nice].
+    let total = ticks.iter().take(8).sum();
+    (ticks.get(7).copied().unwrap_or(0), total)
+}
+
+/// Steal time between two [`host_times`] readings, in percent.
+fn host_steal_percent(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1);
+    100.0 * after.0.saturating_sub(before.0) as f64 / total.max(1) as f64
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -23,6 +23,14 @@ use super::wire::{StreamAppendReply, encode};
 use crate::hooks::{LinkFaults, LinkVerdict, PeerRpc};
 use crate::types::{NodeId, TypeConfig};
 
+/// The shortest time a streamed append's answer is owed in. openraft
+/// offers the heartbeat interval's soft TTL (¾ of it, 37.5 ms at the
+/// 50 ms default), but a loaded follower's answer includes its fsync, and
+/// each missed deadline restarts the stream: a heartbeat short enough for
+/// a fast failover must not make streams time out under load. (Heartbeats
+/// keep their own, shorter deadline: a late one only logs.)
+pub const STREAM_APPEND_DEADLINE_MIN: Duration = Duration::from_millis(75);
+
 /// What openraft's `RaftNetworkV2::stream_append` returns: a future that
 /// opens the stream, then the peer's answers in order.
 type StreamAppendFuture<'s> = BoxFuture<
@@ -69,7 +77,7 @@ impl PeerClient {
             let input = futures::stream::once(futures::future::ready(first))
                 .chain(input)
                 .take_until(abandoned_rx);
-            let deadline = option.soft_ttl();
+            let deadline = option.soft_ttl().max(STREAM_APPEND_DEADLINE_MIN);
             let mut client = self.client()?;
             if let LinkVerdict::Drop | LinkVerdict::DropReply =
                 self.verdict(PeerRpc::StreamAppend, deadline).await?
