@@ -19,23 +19,9 @@ use palisade_proto::v1;
 use support::cluster::*;
 use tokio::time::Instant;
 
-/// Clock ticks per second of `/proc/PID/stat` (`getconf CLK_TCK`).
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
-}
-
 /// CPU time (user + system) the process used so far, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
-    // The command name (field 2) may hold spaces: fields after its ')'.
-    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let ticks: u64 =
-        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    ticks as f64 / clock_ticks_per_second()
+    palisade_testkit::processes::cpu_seconds(pid).expect("read /proc/PID/stat")
 }
 
 /// Resident set size, in KiB.

@@ -30,6 +30,20 @@ pub fn process_state(pid: u32) -> Option<char> {
         .next()
 }
 
+/// CPU time (user + system) process `pid` used so far, in seconds; `None`
+/// when it is gone or its `/proc/PID/stat` does not read as expected.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: fields after its ')'.
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| ticks as f64 / per_second as f64)
+}
+
 /// Is `pid` alive (and not a zombie)?
 pub fn alive(pid: u32) -> bool {
     process_state(pid).is_some_and(|state| state != 'Z' && state != 'X')

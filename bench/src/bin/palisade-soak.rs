@@ -366,19 +366,8 @@ async fn state_of(channels: &[Channel]) -> Seen {
 
 /// CPU seconds (user and system) the processes `pids` used so far.
 fn cpu_seconds(pids: &[u32]) -> f64 {
-    // SAFETY: sysconf only reads a constant of the system.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     pids.iter()
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .filter_map(|stat| {
-            // Fields after the command name (which may hold spaces): state
-            // is the 3rd field, utime the 14th and stime the 15th.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = fields.get(11)?.parse().ok()?;
-            let stime: u64 = fields.get(12)?.parse().ok()?;
-            Some((utime + stime) as f64 / ticks_per_second)
-        })
+        .filter_map(|pid| palisade_testkit::processes::cpu_seconds(*pid))
         .sum()
 }
 
