@@ -361,13 +361,19 @@ impl<C: RaftTypeConfig> LogStore<C> {
 
         let mut builder = redb::Builder::new();
         builder.set_cache_size(CACHE_BYTES);
+        // redb also runs its repair pass on a file it has just created (there
+        // is no allocator state yet): only an existing file was shut down
+        // uncleanly, so only then is the repair worth a warning.
+        let existed = fs::metadata(&path).is_ok_and(|metadata| metadata.len() > 0);
         let repair_path = path.clone();
         builder.set_repair_callback(move |session| {
-            tracing::warn!(
-                path = %repair_path.display(),
-                progress = session.progress(),
-                "repairing the log database after an unclean shutdown"
-            );
+            if existed {
+                tracing::warn!(
+                    path = %repair_path.display(),
+                    progress = session.progress(),
+                    "repairing the log database after an unclean shutdown"
+                );
+            }
         });
         let db = builder.create(&path).map_err(|source| match source {
             redb::DatabaseError::DatabaseAlreadyOpen => {
@@ -1387,6 +1393,64 @@ mod tests {
         // with what its build supports).
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(store.format_record().version().unwrap(), 2);
+    }
+
+    /// Runs `open` with a subscriber that records what it logs at WARN and above.
+    fn warnings_while(open: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, open);
+        let bytes = captured.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_a_log_left_by_an_unclean_shutdown_is_reported_as_repaired() {
+        let fresh = tempfile::tempdir().unwrap();
+        let mut store = None;
+        let warnings = warnings_while(|| store = Some(Store::open(fresh.path()).unwrap()));
+        assert!(
+            !warnings.contains("repairing"),
+            "a new log is not a repair: {warnings}"
+        );
+
+        // A copy taken while the store is open is what a crash leaves behind.
+        let mut store = store.unwrap();
+        store
+            .blocking_append((0..3).map(|index| blank(1, index)))
+            .await
+            .unwrap();
+        let crashed = tempfile::tempdir().unwrap();
+        fs::copy(
+            fresh.path().join(LOG_FILE_NAME),
+            crashed.path().join(LOG_FILE_NAME),
+        )
+        .unwrap();
+        drop(store);
+        let warnings = warnings_while(|| drop(Store::open(crashed.path()).unwrap()));
+        assert!(
+            warnings.contains("repairing the log database after an unclean shutdown"),
+            "an unclean log is repaired and said so: {warnings}"
+        );
+
+        // Closed cleanly, it reopens without a repair.
+        let warnings = warnings_while(|| drop(Store::open(fresh.path()).unwrap()));
+        assert!(!warnings.contains("repairing"), "{warnings}");
     }
 
     async fn store_with_entries(dir: &Path, indexes: std::ops::Range<u64>) -> Store {
