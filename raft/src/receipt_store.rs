@@ -10,13 +10,30 @@
 //!
 //! A copy of the receipts (a snapshot build's copy of the state) is a
 //! read-only view of the table at that moment ([`FrozenReceipts`]): no
-//! receipt is copied, and apply goes on changing the table meanwhile.
+//! settled receipt is copied, and apply goes on changing the table
+//! meanwhile.
+//!
+//! # Key decision: pending receipts stay in memory
+//!
+//! A request that waits on an operation gets a pending receipt when it is
+//! applied and a settled one when the operation ends, usually within
+//! milliseconds. The table is keyed by request id (random: a request id is
+//! the client's UUID), so once it outgrows its page cache every write reads
+//! a leaf from the file and every commit writes scattered leaves back:
+//! writing the pending receipt and then replacing it cost two of those per
+//! request, and the settled one is the only one that lasts. So pending
+//! receipts live in a map in memory and reach the table once, settled.
+//! That map is bounded by the state, not by time: one receipt per request
+//! waiting on an operation in flight (`OPERATION_WAITERS_MAX` per
+//! operation), each settled or removed when its operation ends. Settled
+//! receipts never become pending again.
 //!
 //! Apply has no outcome for a failed disk: a table error panics with its
 //! message, which poisons the state and stops the replica (fail-stop, see
 //! [`crate::state_machine`]); the next start rebuilds the table from the
 //! snapshot and the log.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use palisade_lifecycle::{Receipt, ReceiptStore, StoredReceipt};
@@ -90,6 +107,7 @@ impl ReceiptFiles {
             .map_err(std::io::Error::other)?;
         Ok(DiskReceipts {
             table,
+            pending: BTreeMap::new(),
             last_commit: std::time::Instant::now(),
             changes_since_commit: 0,
         })
@@ -104,16 +122,26 @@ pub const COMMIT_INTERVAL: std::time::Duration = std::time::Duration::from_milli
 /// transaction and see every change, and a copy commits first.
 pub const COMMIT_CHANGES_MAX: usize = 4_096;
 
-/// Receipts in a [`ReceiptTable`].
+/// Receipts in a [`ReceiptTable`], the pending ones in memory (see the
+/// module doc).
 #[derive(Debug)]
 pub struct DiskReceipts {
     table: ReceiptTable,
+    /// Receipts not settled yet, by request id; none of them is in the table.
+    pending: BTreeMap<String, Receipt>,
     last_commit: std::time::Instant,
     changes_since_commit: usize,
 }
 
+fn is_pending(receipt: &Receipt) -> bool {
+    receipt.settled_at_ms().is_none()
+}
+
 impl ReceiptStore for DiskReceipts {
     fn get(&self, request_id: &str) -> Option<Receipt> {
+        if let Some(receipt) = self.pending.get(request_id) {
+            return Some(receipt.clone());
+        }
         let bytes = self
             .table
             .get(request_id)
@@ -122,24 +150,65 @@ impl ReceiptStore for DiskReceipts {
     }
 
     fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
+        let in_table = match previous {
+            Some(previous) if is_pending(previous) => {
+                assert!(
+                    self.pending.remove(request_id).is_some(),
+                    "request id {request_id:?}: the pending receipt it replaces was missing"
+                );
+                None
+            }
+            settled => settled,
+        };
+        if is_pending(receipt) {
+            assert!(
+                in_table.is_none(),
+                "request id {request_id:?}: a settled receipt cannot become pending again"
+            );
+            // Whether the table already has this request id is apply's
+            // check (it reads the receipt first); asking the table again
+            // here would cost the random read this map exists to save.
+            debug_assert!(
+                previous.is_some()
+                    || self
+                        .table
+                        .get(request_id)
+                        .unwrap_or_else(|e| fail_stop(e))
+                        .is_none(),
+                "request id {request_id:?}: a receipt was stored over a settled one"
+            );
+            let replaced = self.pending.insert(request_id.to_string(), receipt.clone());
+            assert!(
+                replaced.is_none(),
+                "request id {request_id:?}: a receipt was stored over a pending one"
+            );
+            return;
+        }
         let replaced = self
             .table
             .put(
                 request_id,
                 &encode(receipt),
-                previous.and_then(Receipt::settled_at_ms),
+                in_table.and_then(Receipt::settled_at_ms),
                 receipt.settled_at_ms(),
             )
             .unwrap_or_else(|e| fail_stop(e));
         assert_eq!(
             replaced,
-            previous.is_some(),
+            in_table.is_some(),
             "request id {request_id:?}: a receipt was stored over another, or a replaced one was missing"
         );
         self.changes_since_commit += 1;
     }
 
     fn remove(&mut self, request_id: &str, previous: &Receipt) {
+        if is_pending(previous) {
+            assert!(
+                self.pending.remove(request_id).is_some(),
+                "request id {request_id:?}: the pending receipt to remove was missing"
+            );
+            return;
+        }
         self.table
             .remove(request_id, previous.settled_at_ms())
             .unwrap_or_else(|e| fail_stop(e));
@@ -180,18 +249,24 @@ impl DiskReceipts {
         self.table.commit().unwrap_or_else(|e| fail_stop(e));
         FrozenReceipts {
             view: self.table.view().unwrap_or_else(|e| fail_stop(e)),
+            pending: self.pending.clone(),
         }
     }
 }
 
-/// A read-only view of [`DiskReceipts`] at one moment.
+/// A read-only view of [`DiskReceipts`] at one moment: the table's view
+/// and a copy of the pending receipts (few: see the module doc).
 #[derive(Debug)]
 pub struct FrozenReceipts {
     view: ReceiptView,
+    pending: BTreeMap<String, Receipt>,
 }
 
 impl ReceiptStore for FrozenReceipts {
     fn get(&self, request_id: &str) -> Option<Receipt> {
+        if let Some(receipt) = self.pending.get(request_id) {
+            return Some(receipt.clone());
+        }
         let bytes = self.view.get(request_id).unwrap_or_else(|e| fail_stop(e))?;
         Some(decode(request_id, &bytes))
     }
@@ -214,20 +289,40 @@ impl ReceiptStore for FrozenReceipts {
             .unwrap_or_else(|e| fail_stop(e))
     }
 
+    /// The table's receipts and the pending ones merged into one
+    /// request-id order (a request id is in one of the two, never both).
     fn visit(&self, visit: &mut dyn FnMut(&str, StoredReceipt<'_>) -> bool) {
+        let mut pending = self.pending.iter().peekable();
+        let mut going = true;
         self.view
-            .visit(|request_id, bytes| match std::str::from_utf8(bytes) {
-                Ok(json) => visit(request_id, StoredReceipt::Json(json)),
-                Err(error) => {
-                    panic!("the stored receipt of request {request_id:?} is not UTF-8: {error}")
+            .visit(|request_id, bytes| {
+                while let Some((id, receipt)) = pending.next_if(|(id, _)| id.as_str() < request_id)
+                {
+                    going = visit(id, StoredReceipt::Decoded(receipt));
+                    if !going {
+                        return false;
+                    }
                 }
+                let json = std::str::from_utf8(bytes).unwrap_or_else(|error| {
+                    panic!("the stored receipt of request {request_id:?} is not UTF-8: {error}")
+                });
+                going = visit(request_id, StoredReceipt::Json(json));
+                going
             })
-            .unwrap_or_else(|e| fail_stop(e))
+            .unwrap_or_else(|e| fail_stop(e));
+        if going {
+            for (id, receipt) in pending {
+                if !visit(id, StoredReceipt::Decoded(receipt)) {
+                    return;
+                }
+            }
+        }
     }
 
     fn copy(&self) -> Box<dyn ReceiptStore> {
         Box::new(FrozenReceipts {
             view: self.view.clone(),
+            pending: self.pending.clone(),
         })
     }
 
@@ -319,6 +414,85 @@ mod tests {
             receipts.get("c").is_none(),
             "the copy's change stays its own"
         );
+    }
+
+    fn table_len(store: &DiskReceipts) -> u64 {
+        store.table.commit().unwrap();
+        store.table.view().unwrap().len().unwrap()
+    }
+
+    #[test]
+    fn a_receipt_reaches_the_table_once_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ReceiptFiles::open(dir.path()).unwrap();
+        let mut store = files.create().unwrap();
+        let pending = receipt(None, "w");
+        store.put("a", &pending, None);
+        assert_eq!(store.get("a"), Some(pending.clone()));
+        assert_eq!(
+            table_len(&store),
+            0,
+            "a pending receipt is written once, when it settles"
+        );
+        let settled = receipt(Some(10), "w");
+        store.put("a", &settled, Some(&pending));
+        assert_eq!(store.get("a"), Some(settled.clone()));
+        assert_eq!(table_len(&store), 1);
+        assert_eq!(store.settled_up_to(10, 10), vec!["a".to_string()]);
+
+        store.put("b", &pending, None);
+        store.remove("b", &pending);
+        assert_eq!(store.get("b"), None);
+        store.remove("a", &settled);
+        assert_eq!(store.get("a"), None);
+        assert_eq!(table_len(&store), 0);
+    }
+
+    #[test]
+    fn a_copy_visits_pending_and_settled_receipts_in_request_id_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = ReceiptFiles::open(dir.path()).unwrap();
+        let mut store = files.create().unwrap();
+        for (request_id, settled_at_ms) in [
+            ("d", None),
+            ("b", Some(2)),
+            ("a", None),
+            ("e", Some(5)),
+            ("c", None),
+            ("f", None),
+        ] {
+            store.put(request_id, &receipt(settled_at_ms, "w"), None);
+        }
+        let copy = store.copy();
+        store.put("a", &receipt(Some(9), "w"), Some(&receipt(None, "w")));
+        store.put("g", &receipt(None, "w"), None);
+
+        let mut seen = Vec::new();
+        copy.visit(&mut |request_id, stored| {
+            seen.push((request_id.to_string(), stored.decode().settled_at_ms()));
+            true
+        });
+        assert_eq!(
+            seen,
+            [
+                ("a", None),
+                ("b", Some(2)),
+                ("c", None),
+                ("d", None),
+                ("e", Some(5)),
+                ("f", None)
+            ]
+            .map(|(id, settled)| (id.to_string(), settled)),
+            "the copy is its moment, in one order"
+        );
+        let mut first_three = Vec::new();
+        copy.visit(&mut |request_id, _| {
+            first_three.push(request_id.to_string());
+            first_three.len() < 3
+        });
+        assert_eq!(first_three, ["a", "b", "c"], "a visit stops when asked");
+        assert_eq!(copy.get("a"), Some(receipt(None, "w")));
+        assert_eq!(store.get("a"), Some(receipt(Some(9), "w")));
     }
 
     #[test]
