@@ -35,6 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use palisade_lifecycle::{Receipt, ReceiptStore, StoredReceipt};
 use palisade_storage::{ReceiptTable, ReceiptTableError, ReceiptView};
@@ -57,6 +58,20 @@ fn decode(request_id: &str, bytes: &[u8]) -> Receipt {
     serde_json::from_slice(bytes).unwrap_or_else(|error| {
         panic!("the stored receipt of request {request_id:?} does not decode: {error}")
     })
+}
+
+/// The receipt of `request_id`: the pending one if there is one, else
+/// what `stored` reads from the table (a request id is in one of the two).
+fn lookup(
+    pending: &BTreeMap<String, Receipt>,
+    request_id: &str,
+    stored: impl FnOnce() -> Result<Option<Vec<u8>>, ReceiptTableError>,
+) -> Option<Receipt> {
+    if let Some(receipt) = pending.get(request_id) {
+        return Some(receipt.clone());
+    }
+    let bytes = stored().unwrap_or_else(|e| fail_stop(e))?;
+    Some(decode(request_id, &bytes))
 }
 
 /// Where a replica keeps its receipt tables: files in `dir` named by a
@@ -139,14 +154,7 @@ fn is_pending(receipt: &Receipt) -> bool {
 
 impl ReceiptStore for DiskReceipts {
     fn get(&self, request_id: &str) -> Option<Receipt> {
-        if let Some(receipt) = self.pending.get(request_id) {
-            return Some(receipt.clone());
-        }
-        let bytes = self
-            .table
-            .get(request_id)
-            .unwrap_or_else(|e| fail_stop(e))?;
-        Some(decode(request_id, &bytes))
+        lookup(&self.pending, request_id, || self.table.get(request_id))
     }
 
     fn put(&mut self, request_id: &str, receipt: &Receipt, previous: Option<&Receipt>) {
@@ -249,26 +257,23 @@ impl DiskReceipts {
         self.table.commit().unwrap_or_else(|e| fail_stop(e));
         FrozenReceipts {
             view: self.table.view().unwrap_or_else(|e| fail_stop(e)),
-            pending: self.pending.clone(),
+            pending: Arc::new(self.pending.clone()),
         }
     }
 }
 
 /// A read-only view of [`DiskReceipts`] at one moment: the table's view
-/// and a copy of the pending receipts (few: see the module doc).
+/// and a copy of the pending receipts (few: see the module doc), shared by
+/// the view's own copies.
 #[derive(Debug)]
 pub struct FrozenReceipts {
     view: ReceiptView,
-    pending: BTreeMap<String, Receipt>,
+    pending: Arc<BTreeMap<String, Receipt>>,
 }
 
 impl ReceiptStore for FrozenReceipts {
     fn get(&self, request_id: &str) -> Option<Receipt> {
-        if let Some(receipt) = self.pending.get(request_id) {
-            return Some(receipt.clone());
-        }
-        let bytes = self.view.get(request_id).unwrap_or_else(|e| fail_stop(e))?;
-        Some(decode(request_id, &bytes))
+        lookup(&self.pending, request_id, || self.view.get(request_id))
     }
 
     fn put(&mut self, _: &str, _: &Receipt, _: Option<&Receipt>) {
@@ -322,7 +327,7 @@ impl ReceiptStore for FrozenReceipts {
     fn copy(&self) -> Box<dyn ReceiptStore> {
         Box::new(FrozenReceipts {
             view: self.view.clone(),
-            pending: self.pending.clone(),
+            pending: Arc::clone(&self.pending),
         })
     }
 
