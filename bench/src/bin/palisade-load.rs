@@ -1,10 +1,14 @@
-//! `palisade-load`: many slow clients and watchers against ONE replica
-//! (noop driver, loopback), while a probe measures what a well-behaved
-//! caller gets: health checks and small reads.
+//! `palisade-load`: many slow clients and watchers against one replica
+//! (noop driver, loopback; the leader of `--replicas`, one by default),
+//! while a probe measures what a well-behaved caller gets: health checks
+//! and small reads.
 //!
 //! ```text
 //! cargo build --release -p palisade-cli -p palisade-bench
 //! target/release/palisade-load --slow-clients 2000 --watchers 500 --seconds 60
+//! # what watchers cost the writers (scripts/bench-vs-etcd's fan-out section):
+//! target/release/palisade-load --replicas 3 --slow-clients 64 --watchers 0 --seconds 60
+//! target/release/palisade-load --replicas 3 --slow-clients 64 --watchers 300 --seconds 60
 //! ```
 //!
 //! - A slow client has a connection of its own and keeps one write in
@@ -62,6 +66,10 @@ struct Args {
     /// How long to run the load, seconds.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..=24 * 3600))]
     seconds: u64,
+    /// Replicas in the cluster; the load goes to the leader (the other
+    /// replicas follow its log, as in production).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=7))]
+    replicas: u64,
     /// Seconds between report lines.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     report_seconds: u64,
@@ -118,18 +126,20 @@ struct Probe {
 async fn load(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()> {
     let mut gateway_args = vec!["--driver".to_string(), "noop".to_string()];
     gateway_args.extend(args.run.replica_args.iter().cloned());
-    let mut spec = ClusterSpec::new(palisade, 1)
+    let mut spec = ClusterSpec::new(palisade, args.replicas)
         .gateway_args(gateway_args)
         .log_filter(&palisade_bench::replica_log_filter());
     spec.root = Some(root.clone());
-    let cluster = LocalCluster::start(spec).context("cannot start the replica")?;
-    cluster
-        .wait_for_leader(&[1], palisade_bench::LEADER_TIMEOUT)
+    let cluster = LocalCluster::start(spec).context("cannot start the replicas")?;
+    let members: Vec<u64> = (1..=args.replicas).collect();
+    let (leader, _term) = cluster
+        .wait_for_leader(&members, palisade_bench::LEADER_TIMEOUT)
         .await?;
-    let uri = cluster.replica(1).uri();
-    let pid = cluster.replica(1).pid();
+    let uri = cluster.replica(leader).uri();
+    let pid = cluster.replica(leader).pid();
     println!(
-        "palisade-load: 1 replica (noop driver), {} slow clients, {} watchers, {} s; data in {}",
+        "palisade-load: {} replica(s) (noop driver; load on the leader, replica {leader}), {} slow clients, {} watchers, {} s; data in {}",
+        args.replicas,
         args.slow_clients,
         args.watchers,
         args.seconds,

@@ -1,0 +1,290 @@
+//! The log append benchmark: how close does the durable Raft log come to
+//! what the disk can do? Prints a table, asserts nothing.
+//!
+//! 1. **The fdatasync ceiling** of the disk under `--dir`: one thread
+//!    appends `--entry-bytes` to a plain file and calls `fdatasync` after
+//!    each write, for `--seconds`. Its rate is the most durable commits per
+//!    second any log on this disk can make.
+//! 2. **The log**: [`LogStore::append`] driven the way openraft's core
+//!    drives it (one caller, appends in log order, each of
+//!    `--entries-per-append` entries of `--entry-bytes`, without waiting
+//!    for the flush), with at most `--in-flight` appends not yet flushed;
+//!    one run per value of `--in-flight` (1 is a lone client: every entry
+//!    waits for its own fsync; more lets the writer group-commit). The
+//!    store's own commit counter ([`LogTimings`]) gives the commits, so the
+//!    mean batch (entries per commit) is measured, not assumed.
+//!
+//! The figure of merit is `entries/s / (ceiling fsyncs/s x mean batch)`:
+//! 1.0 means each commit costs the log no more than one bare fdatasync of
+//! its entries. (Issue 18's target: >= 0.8.)
+//!
+//! ```text
+//! cargo bench -p palisade-storage --bench log_append                # defaults
+//! cargo bench -p palisade-storage --bench log_append -- --help
+//! cargo bench -p palisade-storage --bench log_append -- --dir /data --seconds 20
+//! ```
+//!
+//! The log grows for the whole run (nothing is purged), as a replica's does
+//! between two snapshots.
+
+use std::collections::VecDeque;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+
+use anyhow::Context;
+use anyhow::bail;
+use clap::Parser;
+use openraft::alias::LogIdOf;
+use openraft::alias::OneshotReceiverOf;
+use openraft::entry::RaftEntry;
+use openraft::storage::IOFlushed;
+use openraft::storage::RaftLogStorage;
+use openraft::type_config::TypeConfigExt;
+use palisade_storage::LogStore;
+use palisade_storage::LogTimings;
+
+openraft::declare_raft_types!(
+    /// String commands (padded to `--entry-bytes`), `u64` node ids and the
+    /// standard leader id, as in Palisade.
+    BenchConfig:
+        LeaderId = openraft::impls::leader_id_std::LeaderId<u64, u64>,
+);
+
+type Entry = <BenchConfig as openraft::RaftTypeConfig>::Entry;
+
+/// Largest value accepted for `--in-flight` (openraft's own pipeline is
+/// bounded far below this).
+const IN_FLIGHT_MAX: usize = 4096;
+/// Largest entry accepted for `--entry-bytes`.
+const ENTRY_BYTES_MAX: usize = 1 << 20;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "log_append",
+    about = "Durable Raft log appends against the disk's fdatasync ceiling (prints a table)"
+)]
+struct Args {
+    /// Directory on the disk to measure (a temporary directory is made in
+    /// it and removed at the end). Default: the system temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Seconds each phase runs.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+    /// Bytes of command carried by each entry (Palisade's create and
+    /// delete entries are a few hundred bytes of JSON).
+    #[arg(long, default_value_t = 512)]
+    entry_bytes: usize,
+    /// Entries handed to each `append` call.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    entries_per_append: u64,
+    /// Appends allowed in flight (appended, not yet flushed), one run per
+    /// value, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    in_flight: Vec<usize>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.entry_bytes == 0 || args.entry_bytes > ENTRY_BYTES_MAX {
+        bail!(
+            "--entry-bytes must be 1..={ENTRY_BYTES_MAX}, got {}",
+            args.entry_bytes
+        );
+    }
+    if let Some(bad) = args
+        .in_flight
+        .iter()
+        .find(|n| **n == 0 || **n > IN_FLIGHT_MAX)
+    {
+        bail!("--in-flight values must be 1..={IN_FLIGHT_MAX}, got {bad}");
+    }
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("palisade-log-append-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("cannot make a temporary directory in {}", parent.display()))?;
+    let phase = Duration::from_secs(args.seconds);
+
+    println!(
+        "# log append: {} s per phase, entries of {} bytes, {} per append, in {}",
+        args.seconds,
+        args.entry_bytes,
+        args.entries_per_append,
+        parent.display()
+    );
+    let ceiling = fdatasync_ceiling(&scratch.path().join("ceiling"), args.entry_bytes, phase)?;
+    println!();
+    println!("| phase | writes/s | fdatasync p50 / p99 ms |");
+    println!("|---|---|---|");
+    println!(
+        "| fdatasync ceiling ({} B write + fdatasync) | {:.0} | {:.2} / {:.2} |",
+        args.entry_bytes,
+        ceiling.per_second,
+        ceiling.p50.as_secs_f64() * 1e3,
+        ceiling.p99.as_secs_f64() * 1e3
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    println!();
+    println!(
+        "| in flight | entries/s | commits/s | mean batch (entries/commit) | append p50 / p99 ms | ratio to ceiling x batch |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (run, in_flight) in args.in_flight.iter().copied().enumerate() {
+        let dir = scratch.path().join(format!("log-{run}"));
+        let result = runtime.block_on(log_appends(&dir, &args, in_flight, phase))?;
+        let batch = result.entries as f64 / result.commits.max(1) as f64;
+        let seconds = result.elapsed.as_secs_f64();
+        let entries_per_second = result.entries as f64 / seconds;
+        let ratio = entries_per_second / (ceiling.per_second * batch);
+        println!(
+            "| {in_flight} | {entries_per_second:.0} | {:.0} | {batch:.1} | {:.2} / {:.2} | {ratio:.2} |",
+            result.commits as f64 / seconds,
+            result.p50.as_secs_f64() * 1e3,
+            result.p99.as_secs_f64() * 1e3,
+        );
+    }
+    Ok(())
+}
+
+struct Ceiling {
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Appends `bytes` to a new file and fdatasyncs after each write, for
+/// `phase`.
+fn fdatasync_ceiling(
+    path: &std::path::Path,
+    bytes: usize,
+    phase: Duration,
+) -> anyhow::Result<Ceiling> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let block = vec![b'x'; bytes];
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < phase {
+        let write = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        latencies.push(write.elapsed());
+    }
+    let elapsed = started.elapsed();
+    let per_second = latencies.len() as f64 / elapsed.as_secs_f64();
+    latencies.sort();
+    Ok(Ceiling {
+        per_second,
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+    })
+}
+
+struct AppendRun {
+    entries: u64,
+    commits: u64,
+    elapsed: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Counts the store's commits and keeps each append's latency.
+#[derive(Default)]
+struct Recorded {
+    commits: AtomicU64,
+    appended: Mutex<Vec<Duration>>,
+}
+
+impl LogTimings for Recorded {
+    fn appended(&self, elapsed: Duration) {
+        self.appended.lock().expect("poisoned").push(elapsed);
+    }
+    fn committed(&self, _: Duration) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+async fn log_appends(
+    dir: &std::path::Path,
+    args: &Args,
+    in_flight: usize,
+    phase: Duration,
+) -> anyhow::Result<AppendRun> {
+    let mut store = LogStore::<BenchConfig>::open(dir)
+        .with_context(|| format!("cannot open a log in {}", dir.display()))?;
+    let recorded = Arc::new(Recorded::default());
+    store.set_timings(recorded.clone());
+    let command = "x".repeat(args.entry_bytes);
+
+    let mut flushes = VecDeque::with_capacity(in_flight);
+    let mut next_index = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < phase {
+        if flushes.len() == in_flight {
+            wait_flushed(&mut flushes).await?;
+        }
+        let first = next_index;
+        next_index += args.entries_per_append;
+        let entries = (first..next_index).map(|index| {
+            Entry::new_normal(
+                LogIdOf::<BenchConfig>::new(1.into(), index),
+                command.clone(),
+            )
+        });
+        let (flushed_tx, flushed_rx) = BenchConfig::oneshot::<std::io::Result<()>>();
+        store
+            .append(entries, IOFlushed::signal(flushed_tx))
+            .await
+            .context("append failed")?;
+        flushes.push_back(flushed_rx);
+    }
+    while !flushes.is_empty() {
+        wait_flushed(&mut flushes).await?;
+    }
+    let elapsed = started.elapsed();
+    let mut latencies = std::mem::take(&mut *recorded.appended.lock().expect("poisoned"));
+    latencies.sort();
+    Ok(AppendRun {
+        entries: next_index,
+        commits: recorded.commits.load(Ordering::Relaxed),
+        elapsed,
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+    })
+}
+
+async fn wait_flushed(
+    flushes: &mut VecDeque<OneshotReceiverOf<BenchConfig, std::io::Result<()>>>,
+) -> anyhow::Result<()> {
+    let oldest = flushes.pop_front().expect("a flush in flight");
+    oldest
+        .await
+        .context("the log dropped a flush callback")?
+        .context("an append failed to flush")
+}
+
+fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 * quantile).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
