@@ -17,5 +17,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out_dir.join("palisade_descriptor.bin"))
         .codec_path("crate::codec::PalisadeCodec")
         .compile_protos(&protos, &["."])?;
+    // The server side once more, for `src/encoded.rs`: WatchSandboxes
+    // answers with events encoded once (`EncodedSandboxEvent`), every other
+    // type is the one generated above. Same wire format, same service.
+    let encoded_dir = out_dir.join("encoded");
+    std::fs::create_dir_all(&encoded_dir)?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .out_dir(&encoded_dir)
+        .extern_path(".palisade.v1", "crate::v1")
+        .extern_path(
+            ".palisade.v1.SandboxEvent",
+            "crate::encoded::EncodedSandboxEvent",
+        )
+        .codec_path("crate::codec::PalisadeCodec")
+        .compile_protos(&["palisade/v1/palisade.proto"], &["."])?;
     Ok(())
 }

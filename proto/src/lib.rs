@@ -6,6 +6,7 @@
 //! needed) and re-exports the generated modules.
 
 pub mod codec;
+pub mod encoded;
 
 /// The public API (`palisade.v1`).
 #[allow(missing_docs, clippy::all)]

@@ -32,7 +32,8 @@ pub mod watch_feed;
 mod workspaces;
 
 use palisade_lifecycle::ClusterIdentity;
-use palisade_proto::v1::{self, palisade_server::Palisade};
+use palisade_proto::encoded::palisade_server::Palisade;
+use palisade_proto::v1;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;

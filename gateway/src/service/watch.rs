@@ -6,6 +6,7 @@
 use std::pin::Pin;
 
 use palisade_lifecycle::validate;
+use palisade_proto::encoded::EncodedSandboxEvent;
 use palisade_proto::v1;
 use tokio_stream::Stream;
 use tonic::{Code, Request, Response, Status};
@@ -25,8 +26,10 @@ const WATCH_QUEUE_DEPTH: usize = 256;
 const WATCH_BATCH_EVENTS: usize = 64;
 
 /// The stream a WatchSandboxes call answers with.
+/// Its events are sent as encoded once ([`EncodedSandboxEvent`]): those of
+/// the change feed are shared by every watcher.
 pub(super) type EventStream =
-    Pin<Box<dyn Stream<Item = Result<v1::SandboxEvent, Status>> + Send + 'static>>;
+    Pin<Box<dyn Stream<Item = Result<EncodedSandboxEvent, Status>> + Send + 'static>>;
 
 fn watch_matches(
     request: &v1::WatchSandboxesRequest,
@@ -83,7 +86,7 @@ pub(super) async fn sandboxes(
             let (index, initial) = state.read(|applied| {
                 let index = applied.last_applied.map_or(0, |id| id.index);
                 let cluster = applied.state.cluster.as_ref();
-                let events: Vec<v1::SandboxEvent> = applied
+                let events: Vec<EncodedSandboxEvent> = applied
                     .state
                     .sandboxes
                     .values()
@@ -95,10 +98,12 @@ pub(super) async fn sandboxes(
                     // after `index`, not again those before it (a sandbox
                     // deleted after another's last change, say). The
                     // sandbox's own version stays in its metadata.
-                    .map(|sandbox| v1::SandboxEvent {
-                        r#type: v1::SandboxEventType::Added as i32,
-                        sandbox: Some(sandbox_to_proto(sandbox, cluster)),
-                        resource_version: index,
+                    .map(|sandbox| {
+                        EncodedSandboxEvent::new(&v1::SandboxEvent {
+                            r#type: v1::SandboxEventType::Added as i32,
+                            sandbox: Some(sandbox_to_proto(sandbox, cluster)),
+                            resource_version: index,
+                        })
                     })
                     .collect();
                 (index, events)
@@ -124,7 +129,7 @@ pub(super) async fn sandboxes(
             };
             let more = events.len() == WATCH_BATCH_EVENTS;
             if let Some(last) = events.last() {
-                from = last.event.resource_version;
+                from = last.resource_version;
             }
             let matching: Vec<_> = events
                 .iter()
@@ -144,7 +149,7 @@ pub(super) async fn sandboxes(
                 () = feed.before_sending(matching.len()) => {}
             }
             for encoded in matching {
-                if sender.send(Ok(encoded.event.clone())).await.is_err() {
+                if sender.send(Ok(encoded.wire.clone())).await.is_err() {
                     return;
                 }
             }

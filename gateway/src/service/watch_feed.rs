@@ -22,9 +22,11 @@
 //!   paced: it is one copy per watch, not one per change.
 //! - Encoded once: an applied sandbox change is turned into its API event
 //!   (`sandbox_to_proto`: copying the sandbox, minting its execution token)
-//!   once, by whichever watcher asks first, and kept here behind an `Arc`
-//!   for the others; a change therefore costs O(1) conversions, not one per
-//!   watcher. Only the most recent [`ENCODED_EVENTS_MAX`] are kept; a watcher
+//!   and that into its wire encoding once, by whichever watcher asks
+//!   first, and kept here behind an `Arc` for the others; every stream
+//!   sends those bytes as they are (`EncodedSandboxEvent`), so a change
+//!   costs O(1) conversions and encodings, not one per watcher (what is
+//!   left per watcher is the HTTP/2 frame and the socket). Only the most recent [`ENCODED_EVENTS_MAX`] are kept; a watcher
 //!   further behind converts what it is missing itself (it pays for its own
 //!   lag, the others do not).
 
@@ -33,6 +35,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use palisade_metrics::Metrics;
+use palisade_proto::encoded::EncodedSandboxEvent;
 use palisade_proto::v1;
 use palisade_raft::{SandboxChange, StateHandle};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -67,8 +70,11 @@ pub(super) struct EncodedEvent {
     pub sandbox_id: String,
     /// The sandbox's workspace.
     pub workspace: String,
-    /// The event as sent (its `resource_version` is the entry's index).
-    pub event: v1::SandboxEvent,
+    /// The event's `resource_version`: the entry's index.
+    pub resource_version: u64,
+    /// The event as sent, in its wire encoding: every watcher's stream
+    /// sends these bytes (a reference to them), none encodes it again.
+    pub wire: EncodedSandboxEvent,
 }
 
 /// The shared encoded changes: every change at an index in
@@ -248,7 +254,7 @@ impl WatchFeed {
                         if encoded.events.len() > ENCODED_EVENTS_MAX
                             && let Some(dropped) = encoded.events.pop_front()
                         {
-                            floor = dropped.event.resource_version;
+                            floor = dropped.resource_version;
                         }
                     }
                     encoded.range = Some((floor, top));
@@ -274,7 +280,7 @@ impl WatchFeed {
         }
         let start = encoded
             .events
-            .partition_point(|event| event.event.resource_version <= from);
+            .partition_point(|event| event.resource_version <= from);
         Some(encoded.events.range(start..).take(limit).cloned().collect())
     }
 
@@ -302,11 +308,12 @@ fn encode(
     EncodedEvent {
         sandbox_id: event.sandbox.id.clone(),
         workspace: event.sandbox.workspace.clone(),
-        event: v1::SandboxEvent {
+        resource_version: event.index,
+        wire: EncodedSandboxEvent::new(&v1::SandboxEvent {
             r#type: kind as i32,
             sandbox: Some(sandbox_to_proto(&event.sandbox, cluster)),
             resource_version: event.index,
-        },
+        }),
     }
 }
 
