@@ -19,7 +19,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_protos(&protos, &["."])?;
     // The server side once more, for `src/encoded.rs`: WatchSandboxes
     // answers with events encoded once (`EncodedSandboxEvent`), every other
-    // type is the one generated above. Same wire format, same service.
+    // type is the one generated above (prost generates no message for an
+    // extern type: this output holds only the two servers). Same wire
+    // format, same service.
     let encoded_dir = out_dir.join("encoded");
     std::fs::create_dir_all(&encoded_dir)?;
     tonic_prost_build::configure()

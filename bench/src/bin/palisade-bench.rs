@@ -20,7 +20,8 @@
 //!    tonic client, the clients spread over the three replicas, so two
 //!    thirds of the requests are forwarded by a follower), it creates
 //!    sandboxes (each waits for READY), stops them (each waits for
-//!    STOPPED), deletes them (each waits until gone), and prints
+//!    STOPPED), starts them again (each waits for READY), deletes them
+//!    (each waits until gone), and prints
 //!    throughput and p50/p99 latency per operation;
 //! 2. several times: SIGKILLs the leader while clients keep creating
 //!    through the other two replicas, and prints the time from the kill to
@@ -30,9 +31,9 @@
 //! Replicas log at `warn` (set `PALISADE_BENCH_LOG` to change it) into
 //! `node-N/gateway.log` under the temporary directory (`--keep` keeps it).
 //!
-//! With `--min-phase-seconds S` a level repeats create/stop/delete cycles
-//! (new names each cycle) until each operation ran at least `S` seconds in
-//! total: `scripts/bench-vs-etcd` runs it so, beside etcd.
+//! With `--min-phase-seconds S` a level repeats create/stop/start/delete
+//! cycles (new names each cycle) until each operation ran at least `S`
+//! seconds in total: `scripts/bench-vs-etcd` runs it so, beside etcd.
 //!
 //! Every phase is bounded in time; the whole run takes about a minute in
 //! release on a two-core machine. The replicas are killed on exit, also on
@@ -66,8 +67,8 @@ struct Args {
     /// Concurrency levels (clients), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
     clients: Vec<usize>,
-    /// Sandboxes created (then stopped, then deleted) per level; at least
-    /// 8 per client.
+    /// Sandboxes created (then stopped, started again and deleted) per
+    /// level; at least 8 per client.
     #[arg(long, default_value_t = 1000)]
     sandboxes: usize,
     /// Leader kills to time.
@@ -77,7 +78,7 @@ struct Args {
     /// reported.
     #[arg(long, default_value_t = 60)]
     phase_seconds: u64,
-    /// Repeat create/stop/delete cycles (each of --sandboxes new
+    /// Repeat create/stop/start/delete cycles (each of --sandboxes new
     /// sandboxes) at a level until every operation has run at least this
     /// many seconds in total (0: one cycle). A few-second phase is not
     /// evidence: `scripts/bench-vs-etcd` passes 20.
@@ -354,7 +355,7 @@ fn print_table(rows: &[Row]) {
     }
 }
 
-/// Creates, stops and deletes `clients * per_client` sandboxes with
+/// Creates, stops, starts and deletes `clients * per_client` sandboxes with
 /// `clients` concurrent clients (cycle `cycle` of the level: the names
 /// are new each cycle); one row per operation.
 async fn level(
@@ -408,54 +409,95 @@ async fn level(
     })
     .await;
     let ids = Arc::new(ids);
-    let (stop_row, _) = phase("stop", clients, phase_limit, |client, deadline| {
-        let mut api = api(client);
-        let ids = ids[client].clone();
-        async move {
-            let mut results = Vec::new();
-            for id in ids.into_iter().take_while(|_| Instant::now() < deadline) {
-                let request = v1::StopSandboxRequest {
-                    sandbox: Some(v1::SandboxRef {
-                        id: id.clone(),
-                        ..Default::default()
-                    }),
-                    request_id: uuid::Uuid::new_v4().to_string(),
-                    ..Default::default()
-                };
-                let started = Instant::now();
-                let answer = api.stop_sandbox(request).await;
-                results.push((started.elapsed(), answer.map(|_| id)));
-            }
-            results
-        }
-    })
+    let (stop_row, stopped) = sandbox_phase(
+        "stop",
+        clients,
+        phase_limit,
+        &ids,
+        &api,
+        |mut api, sandbox, request_id| async move {
+            let request = v1::StopSandboxRequest {
+                sandbox: Some(sandbox),
+                request_id,
+                ..Default::default()
+            };
+            api.stop_sandbox(request).await.map(drop)
+        },
+    )
     .await;
-    let (delete_row, _) = phase("delete", clients, phase_limit, |client, deadline| {
-        let mut api = api(client);
-        let ids = ids[client].clone();
-        async move {
-            let mut results = Vec::new();
-            for id in ids.into_iter().take_while(|_| Instant::now() < deadline) {
-                let request = v1::DeleteSandboxRequest {
-                    sandbox: Some(v1::SandboxRef {
-                        id: id.clone(),
-                        ..Default::default()
-                    }),
-                    request_id: uuid::Uuid::new_v4().to_string(),
-                    ..Default::default()
-                };
-                let started = Instant::now();
-                let answer = api.delete_sandbox(request).await;
-                results.push((started.elapsed(), answer.map(|_| id)));
-            }
-            results
-        }
-    })
+    // The stopped ones start again (each waits for READY): a new execution.
+    let (start_row, _) = sandbox_phase(
+        "start",
+        clients,
+        phase_limit,
+        &Arc::new(stopped),
+        &api,
+        |mut api, sandbox, request_id| async move {
+            let request = v1::StartSandboxRequest {
+                sandbox: Some(sandbox),
+                request_id,
+                ..Default::default()
+            };
+            api.start_sandbox(request).await.map(drop)
+        },
+    )
     .await;
-    vec![create_row, stop_row, delete_row]
+    let (delete_row, _) = sandbox_phase(
+        "delete",
+        clients,
+        phase_limit,
+        &ids,
+        &api,
+        |mut api, sandbox, request_id| async move {
+            let request = v1::DeleteSandboxRequest {
+                sandbox: Some(sandbox),
+                request_id,
+                ..Default::default()
+            };
+            api.delete_sandbox(request).await.map(drop)
+        },
+    )
+    .await;
+    vec![create_row, stop_row, start_row, delete_row]
 }
 
 type Outcomes = Vec<(Duration, Result<String, tonic::Status>)>;
+
+/// A phase calling `call` once for each sandbox of `ids` (client `i` takes
+/// `ids[i]`, in order, with a new request id each), through `api(i)`.
+async fn sandbox_phase<Call, Answer>(
+    operation: &'static str,
+    clients: usize,
+    phase_limit: Duration,
+    ids: &Arc<Vec<Vec<String>>>,
+    api: &impl Fn(usize) -> PalisadeClient<Channel>,
+    call: Call,
+) -> (Row, Vec<Vec<String>>)
+where
+    Call: Fn(PalisadeClient<Channel>, v1::SandboxRef, String) -> Answer + Clone + Send + 'static,
+    Answer: Future<Output = Result<(), tonic::Status>> + Send,
+{
+    phase(operation, clients, phase_limit, |client, deadline| {
+        let api = api(client);
+        let ids = ids[client].clone();
+        let call = call.clone();
+        async move {
+            let mut results = Vec::new();
+            for id in ids.into_iter().take_while(|_| Instant::now() < deadline) {
+                let sandbox = v1::SandboxRef {
+                    id: id.clone(),
+                    ..Default::default()
+                };
+                let request_id = uuid::Uuid::new_v4().to_string();
+                let started = Instant::now();
+                let answer = call(api.clone(), sandbox, request_id).await;
+                results.push((started.elapsed(), answer.map(|()| id)));
+            }
+            results
+        }
+    })
+    .await
+}
 
 /// Runs `clients` copies of `client` at once; each sends no request after
 /// `phase_limit` (and each request has its own deadline). Returns the row

@@ -25,9 +25,9 @@ const WATCH_QUEUE_DEPTH: usize = 256;
 /// watcher holds is bounded by these two, not by how far behind it is.
 const WATCH_BATCH_EVENTS: usize = 64;
 
-/// The stream a WatchSandboxes call answers with.
-/// Its events are sent as encoded once ([`EncodedSandboxEvent`]): those of
-/// the change feed are shared by every watcher.
+/// The stream a WatchSandboxes call answers with. Its events are sent
+/// encoded ([`EncodedSandboxEvent`]); those of the change feed are encoded
+/// once and shared by every watcher.
 pub(super) type EventStream =
     Pin<Box<dyn Stream<Item = Result<EncodedSandboxEvent, Status>> + Send + 'static>>;
 

@@ -26,9 +26,10 @@
 //!   first, and kept here behind an `Arc` for the others; every stream
 //!   sends those bytes as they are (`EncodedSandboxEvent`), so a change
 //!   costs O(1) conversions and encodings, not one per watcher (what is
-//!   left per watcher is the HTTP/2 frame and the socket). Only the most recent [`ENCODED_EVENTS_MAX`] are kept; a watcher
-//!   further behind converts what it is missing itself (it pays for its own
-//!   lag, the others do not).
+//!   left per watcher is the HTTP/2 frame and the socket). Only the most
+//!   recent [`ENCODED_EVENTS_MAX`] are kept; a watcher further behind
+//!   converts what it is missing itself (it pays for its own lag, the
+//!   others do not).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
