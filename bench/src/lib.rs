@@ -139,6 +139,26 @@ pub fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
+/// Bytes in MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Resident memory of process `pid` (`VmRSS` of `/proc/PID/status`), in
+/// bytes; 0 if it cannot be read (the process is gone).
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kib| kib.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
 /// A text table: columns as wide as their widest cell, two spaces apart,
 /// the first few left-aligned (labels), the others right-aligned (numbers).
 #[derive(Debug)]

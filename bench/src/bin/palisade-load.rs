@@ -36,7 +36,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use palisade_bench::{
-    RunFlags, connect, in_run_dir, millis, palisade_binary, percentile, run_main,
+    RunFlags, connect, in_run_dir, mib, millis, palisade_binary, percentile, rss_bytes, run_main,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
@@ -485,21 +485,4 @@ fn triple(sorted: &[Duration]) -> String {
         millis(percentile(sorted, 0.99)),
         millis(*sorted.last().unwrap())
     )
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|kib| kib.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
 }

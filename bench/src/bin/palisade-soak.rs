@@ -29,7 +29,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use palisade_bench::{
-    REPLICAS, RunFlags, connect, in_run_dir, palisade_binary, run_main, start_cluster, wait_ready,
+    REPLICAS, RunFlags, connect, in_run_dir, mib, palisade_binary, rss_bytes, run_main,
+    start_cluster, wait_ready,
 };
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
@@ -394,23 +395,6 @@ fn host_times() -> (u64, u64) {
 fn host_steal_percent(before: (u64, u64), after: (u64, u64)) -> f64 {
     let total = after.1.saturating_sub(before.1);
     100.0 * after.0.saturating_sub(before.0) as f64 / total.max(1) as f64
-}
-
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|kib| kib.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
 }
 
 /// Size of the snapshot file(s) under a replica's data directory.
