@@ -1140,6 +1140,7 @@ fn forged_command(
         .sandboxes
         .values()
         .filter(|sandbox| sandbox.operation.is_some())
+        .map(|sandbox| &**sandbox)
         .collect();
     if let Some(sandbox) = in_flight.choose(rng) {
         let (operation, generation) = sandbox
@@ -1173,6 +1174,7 @@ fn forged_command(
         .sandboxes
         .values()
         .filter(|sandbox| sandbox.phase == palisade_lifecycle::SandboxPhase::Ready)
+        .map(|sandbox| &**sandbox)
         .collect();
     if let Some(sandbox) = running.choose(rng) {
         return Command::ObserveLost {

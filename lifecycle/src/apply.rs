@@ -959,8 +959,8 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         id: id.clone(),
         name: name.clone(),
         workspace: workspace.clone(),
-        labels: labels.clone(),
-        annotations: annotations.clone(),
+        labels: labels.clone().into(),
+        annotations: annotations.clone().into(),
         resource_version: position.index,
         created_at_ms: state.clock_ms,
         spec: spec.clone(),
@@ -981,7 +981,7 @@ fn begin_create(state: &mut State, position: LogPosition, command: &Command) -> 
         host_identity: host_identity.clone(),
         restart_count: 0,
     };
-    state.sandboxes.insert(id.clone(), sandbox);
+    state.sandboxes.insert(id.clone(), Box::new(sandbox));
     state
         .names
         .get_mut(workspace)

@@ -76,6 +76,7 @@ pub mod planted;
 pub mod receipts;
 pub mod selector;
 pub mod state;
+pub mod string_map;
 pub mod validate;
 
 pub use apply::{LogPosition, Outcome, Reason, Rejection, Response, apply};
@@ -89,3 +90,4 @@ pub use state::{
     RestartPolicy, RetiredTokenKey, Sandbox, SandboxPhase, SandboxPolicy, SandboxSpec, SshSession,
     State, StoredReceipt, Workspace, WorkspacePhase,
 };
+pub use string_map::StringMap;

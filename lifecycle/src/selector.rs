@@ -23,6 +23,7 @@ use crate::limits::{
     LABEL_KEY_LENGTH_MAX, LABEL_VALUE_LENGTH_MAX, SELECTOR_BYTES_MAX,
     SELECTOR_REQUIREMENTS_COUNT_MAX,
 };
+use crate::string_map::StringMap;
 use crate::validate::{InvalidInput, quoted};
 
 /// One requirement of a selector.
@@ -42,16 +43,37 @@ pub enum Requirement {
     DoesNotExist(String),
 }
 
+/// Labels a selector can be matched against: a sandbox's
+/// ([`StringMap`]) or a plain map.
+pub trait Labels {
+    /// The value of label `key`, if present.
+    fn label(&self, key: &str) -> Option<&String>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
+impl Labels for StringMap {
+    fn label(&self, key: &str) -> Option<&String> {
+        self.get(key)
+    }
+}
+
 impl Requirement {
     /// Whether `labels` satisfy this requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &impl Labels) -> bool {
         match self {
-            Requirement::Equals(key, value) => labels.get(key) == Some(value),
-            Requirement::NotEquals(key, value) => labels.get(key) != Some(value),
-            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
-            Requirement::NotIn(key, values) => !labels.get(key).is_some_and(|v| values.contains(v)),
-            Requirement::Exists(key) => labels.contains_key(key),
-            Requirement::DoesNotExist(key) => !labels.contains_key(key),
+            Requirement::Equals(key, value) => labels.label(key) == Some(value),
+            Requirement::NotEquals(key, value) => labels.label(key) != Some(value),
+            Requirement::In(key, values) => labels.label(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => {
+                !labels.label(key).is_some_and(|v| values.contains(v))
+            }
+            Requirement::Exists(key) => labels.label(key).is_some(),
+            Requirement::DoesNotExist(key) => labels.label(key).is_none(),
         }
     }
 }
@@ -66,7 +88,7 @@ pub struct Selector {
 
 impl Selector {
     /// Whether `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &impl Labels) -> bool {
         self.requirements
             .iter()
             .all(|requirement| requirement.matches(labels))

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::StringMap;
+
 /// The workspace every cluster starts with; it cannot be deleted.
 pub const DEFAULT_WORKSPACE: &str = "default";
 
@@ -330,10 +332,11 @@ pub struct Sandbox {
     pub name: String,
     /// Name of the workspace.
     pub workspace: String,
-    /// User labels (filterable).
-    pub labels: BTreeMap<String, String>,
-    /// User annotations.
-    pub annotations: BTreeMap<String, String>,
+    /// User labels (filterable). A [`StringMap`]: encoded as a map, held
+    /// as a vector (a million sandboxes, see its module doc).
+    pub labels: StringMap,
+    /// User annotations (a [`StringMap`] too).
+    pub annotations: StringMap,
     /// Log index of the entry that last changed it.
     pub resource_version: u64,
     /// The replicated clock ([`State::clock_ms`]) when it was created.
@@ -363,7 +366,7 @@ pub struct State {
     /// Workspaces by name.
     pub workspaces: BTreeMap<String, Workspace>,
     /// Sandboxes by id.
-    pub sandboxes: BTreeMap<String, Sandbox>,
+    pub sandboxes: BTreeMap<String, Box<Sandbox>>,
     /// workspace name -> sandbox name -> sandbox id.
     pub names: BTreeMap<String, BTreeMap<String, String>>,
     /// Owned records: sandbox id -> session id -> SSH session. Keyed by
@@ -542,7 +545,7 @@ impl State {
     /// The sandbox a name resolves to now.
     pub fn sandbox_by_name(&self, workspace: &str, name: &str) -> Option<&Sandbox> {
         let id = self.names.get(workspace)?.get(name)?;
-        self.sandboxes.get(id)
+        self.sandboxes.get(id).map(|sandbox| &**sandbox)
     }
 
     /// Number of sandboxes in a workspace.
@@ -568,7 +571,7 @@ impl State {
     pub fn pending_operations(&self) -> impl Iterator<Item = (&Sandbox, &Operation)> {
         self.sandboxes
             .values()
-            .filter_map(|sandbox| sandbox.operation.as_ref().map(|op| (sandbox, op)))
+            .filter_map(|sandbox| sandbox.operation.as_ref().map(|op| (&**sandbox, op)))
     }
 
     /// Panics if an invariant of the state is broken. Cheap enough to run in

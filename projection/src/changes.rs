@@ -337,7 +337,8 @@ impl Before {
             Command::CreateWorkspace { .. } | Command::DeleteWorkspace { .. }
         );
         Before {
-            sandbox: sandbox_id.and_then(|id| state.sandboxes.get(id).cloned()),
+            sandbox: sandbox_id
+                .and_then(|id| state.sandboxes.get(id).map(|sandbox| (**sandbox).clone())),
             policy: sandbox_id.and_then(|id| state.policies.get(id).cloned()),
             sessions_count: sandbox_id.map_or(0, |id| sessions_count(state, id)),
             workspace: if workspace_command {
@@ -368,7 +369,7 @@ impl Before {
         changes: &mut BatchChanges,
     ) {
         if let Some(id) = &subject.sandbox_id {
-            if self.sandbox.as_ref() != state.sandboxes.get(id) {
+            if self.sandbox.as_ref() != state.sandboxes.get(id).map(|sandbox| &**sandbox) {
                 changes.sandboxes.insert(id.clone());
             }
             if self.policy.as_ref() != state.policies.get(id) {
@@ -550,7 +551,7 @@ impl WritePlan {
         let mut removed = BTreeSet::new();
         for id in changes.sandboxes {
             match state.sandboxes.get(&id) {
-                Some(sandbox) => plan.sandboxes_upsert.push(sandbox.clone()),
+                Some(sandbox) => plan.sandboxes_upsert.push((**sandbox).clone()),
                 None => {
                     removed.insert(id.clone());
                     plan.sandboxes_removed.push(id);
@@ -602,7 +603,11 @@ impl WritePlan {
     pub fn of_state(state: &State) -> Self {
         WritePlan {
             workspaces_upsert: state.workspaces.values().cloned().collect(),
-            sandboxes_upsert: state.sandboxes.values().cloned().collect(),
+            sandboxes_upsert: state
+                .sandboxes
+                .values()
+                .map(|sandbox| (**sandbox).clone())
+                .collect(),
             sessions_upsert: state
                 .ssh_sessions
                 .values()
@@ -638,7 +643,11 @@ impl ProjectedRows {
     pub fn of_state(state: &State) -> Self {
         ProjectedRows {
             workspaces: state.workspaces.clone(),
-            sandboxes: state.sandboxes.clone(),
+            sandboxes: state
+                .sandboxes
+                .iter()
+                .map(|(id, sandbox)| (id.clone(), (**sandbox).clone()))
+                .collect(),
             ssh_sessions: state
                 .ssh_sessions
                 .values()

@@ -97,7 +97,7 @@ impl Workload {
         filter: impl Fn(&palisade_lifecycle::Sandbox) -> bool,
     ) -> Option<&'a palisade_lifecycle::Sandbox> {
         let candidates: Vec<_> = state.sandboxes.values().filter(|s| filter(s)).collect();
-        candidates.choose(&mut self.rng).copied()
+        candidates.choose(&mut self.rng).map(|sandbox| &***sandbox)
     }
 
     fn target(&mut self, sandbox: &palisade_lifecycle::Sandbox) -> SandboxTarget {

@@ -231,7 +231,7 @@ async fn assert_list_matches(
         ensure!(page.sandboxes.len() <= query.page_size.max(1));
         for sandbox in &page.sandboxes {
             ensure!(
-                state.sandboxes.get(&sandbox.id) == Some(sandbox),
+                state.sandboxes.get(&sandbox.id).map(|s| &**s) == Some(sandbox),
                 "listed sandbox {} differs from the state",
                 sandbox.id
             );

@@ -607,7 +607,7 @@ fn sandbox_event(
     state: &State,
     index: u64,
     response: &palisade_lifecycle::Response,
-    before: Option<palisade_lifecycle::Sandbox>,
+    before: Option<Box<palisade_lifecycle::Sandbox>>,
 ) -> Option<SandboxEvent> {
     use palisade_lifecycle::OperationKind;
     let outcome = response.as_ref().ok()?;
@@ -626,13 +626,13 @@ fn sandbox_event(
             } else {
                 SandboxChange::Modified
             },
-            sandbox: sandbox.clone(),
+            sandbox: (**sandbox).clone(),
         }),
         Some(_) => None,
         None => before.map(|sandbox| SandboxEvent {
             index,
             change: SandboxChange::Deleted,
-            sandbox,
+            sandbox: *sandbox,
         }),
     }
 }

@@ -151,7 +151,7 @@ fn replay_settled(state: &core::State, outcome: SettledOutcome<'_>) -> Settled {
         exit_code: None,
     };
     let mut sandbox = match state.sandboxes.get(outcome.sandbox_id) {
-        Some(current) => current.clone(),
+        Some(current) => (**current).clone(),
         None if outcome.name.is_empty() => {
             // An older receipt of a sandbox deleted since: too little kept
             // to answer it.
@@ -225,7 +225,7 @@ impl PalisadeService {
             match &receipt.result {
                 ReceiptResult::Pending { sandbox_id, .. } if no_wait => {
                     Some(match applied.state.sandboxes.get(sandbox_id) {
-                        Some(sandbox) => Ok(Settled::Sandbox(Box::new(sandbox.clone()))),
+                        Some(sandbox) => Ok(Settled::Sandbox(sandbox.clone())),
                         None => Ok(Settled::Gone {
                             sandbox_id: sandbox_id.clone(),
                         }),

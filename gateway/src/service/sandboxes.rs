@@ -56,7 +56,7 @@ pub(super) fn target_from_ref(sandbox: Option<v1::SandboxRef>) -> Result<Sandbox
 
 pub(super) fn find<'a>(state: &'a State, target: &SandboxTarget) -> Option<&'a core::Sandbox> {
     match target {
-        SandboxTarget::Id(id) => state.sandboxes.get(id),
+        SandboxTarget::Id(id) => state.sandboxes.get(id).map(|sandbox| &**sandbox),
         SandboxTarget::Name { workspace, name } => state.sandbox_by_name(workspace, name),
     }
 }
