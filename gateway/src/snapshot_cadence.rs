@@ -18,7 +18,7 @@
 //! ([`entries_between_snapshots`]): per applied entry, snapshots then
 //! encode at most about 1 KiB of state, whatever its size. The price is a
 //! longer log behind a large snapshot, which a restart replays: at most
-//! `state_bytes / 1 KiB` entries (512 Ki entries at the state's 512 MiB
+//! `state_bytes / 1 KiB` entries (1 Mi entries at the state's 1 GiB
 //! ceiling). A small state (tests, a young cluster) snapshots exactly at
 //! the configured interval, as before. The purge after each build is
 //! openraft's, unchanged (`log_kept_after_snapshot_entries`).
@@ -138,10 +138,10 @@ mod tests {
         // 64 MiB of state: 65,536 entries between snapshots, so each entry
         // pays for encoding 1 KiB of it.
         assert_eq!(entries_between_snapshots(5_000, 64 * 1024 * 1024), 65_536);
-        // The ceiling (512 MiB): 524,288 entries.
+        // The ceiling (1 GiB): 1,048,576 entries.
         assert_eq!(
             entries_between_snapshots(5_000, palisade_raft::STATE_BYTES_MAX),
-            524_288
+            1_048_576
         );
     }
 

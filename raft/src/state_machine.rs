@@ -138,7 +138,14 @@ impl EventLog {
 /// records; the receipts live on disk). The gateway refuses commands that
 /// grow the state (RESOURCE_EXHAUSTED / STATE_BUDGET_EXHAUSTED) above it;
 /// deletes and retries of applied requests still pass.
-pub const STATE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+///
+/// 1 GiB: a million sandboxes as a gateway creates them encode to ~680 MB
+/// (`palisade-scale`, issue 18) and take ~1.1 KB each of a replica's
+/// resident memory, so the ceiling holds a million and half again as many
+/// in ~1.7 GB per replica (a snapshot build copies the sandboxes while it
+/// encodes them: twice that at its peak). At 512 MiB a million sandboxes
+/// were over the ceiling and every create was refused.
+pub const STATE_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 
 /// Ceiling of the state's whole encoded size, receipts included: what a
 /// snapshot carries. Half of what a snapshot transfer may carry

@@ -48,7 +48,7 @@
 //! state (the backup, the scratch snapshot, four replicas) and a few GiB
 //! of memory; the run takes a few minutes.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeMap;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
@@ -71,6 +71,7 @@ use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_raft::backup::{BackupHeader, BackupWriter, STATE_ENCODING_JSON, state_digest};
 use palisade_raft::{LifecycleStateMachine, LogId, SnapshotData, SnapshotMeta, StoredMembership};
 use palisade_testkit::{ClusterSpec, LocalCluster};
+use tikv_jemallocator::Jemalloc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -78,25 +79,27 @@ use tonic::transport::Channel;
 /// Live heap bytes of this process (the loader's state is measured with it).
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 
-/// The system allocator, counting live bytes into [`LIVE_BYTES`].
+/// jemalloc (the `palisade` binary's allocator, so the in-process install
+/// and build are timed as a replica runs them), counting live bytes into
+/// [`LIVE_BYTES`].
 struct Counting;
 
-// SAFETY: every call is passed to the system allocator unchanged; the
-// counter is only arithmetic on the sizes.
+// SAFETY: every call is passed to jemalloc unchanged; the counter is only
+// arithmetic on the sizes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
+        unsafe { Jemalloc.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { Jemalloc.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { Jemalloc.realloc(ptr, layout, new_size) }
     }
 }
 
