@@ -365,7 +365,9 @@ pub struct Sandbox {
 pub struct State {
     /// Workspaces by name.
     pub workspaces: BTreeMap<String, Workspace>,
-    /// Sandboxes by id.
+    /// Sandboxes by id. Boxed: a B-tree node keeps room for 11 values,
+    /// and a spare slot then costs a pointer, not a whole sandbox (memory
+    /// per sandbox, `lifecycle/tests/state_memory.rs`).
     pub sandboxes: BTreeMap<String, Box<Sandbox>>,
     /// workspace name -> sandbox name -> sandbox id.
     pub names: BTreeMap<String, BTreeMap<String, String>>,
