@@ -43,7 +43,9 @@
 //!
 //! # Durability
 //!
-//! A batch commits with `synchronous_commit = off`: PostgreSQL answers
+//! A batch commits with `synchronous_commit = off` (the projector's own
+//! pool opens its sessions so, which also saves the batch a round trip
+//! to set it): PostgreSQL answers
 //! the commit before its WAL reaches the disk (it flushes within
 //! `wal_writer_delay`, 200 ms by default). In a 30-minute soak a durable
 //! commit now and then waited over a second for a disk the replicas'
@@ -111,7 +113,11 @@ pub const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(100);
 pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Pause before reloading after losing the checkpoint race.
 pub const CONFLICT_RETRY_DELAY: Duration = Duration::from_millis(10);
-/// How often a standing-by projector reads the checkpoint.
+/// How often a standing-by projector reads the checkpoint, besides
+/// following it through [`CHECKPOINT_CHANNEL`](crate::store::CHECKPOINT_CHANNEL)
+/// notifications (the read catches what a notification cannot tell: a
+/// checkpoint a PostgreSQL crash took back, notifications lost with a
+/// connection).
 pub const STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a projector waits for its replica to apply up to a checkpoint
 /// that another projector wrote, before it retries.
@@ -132,6 +138,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often a projecting replica logs its status.
 pub const STATUS_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// What woke a standing-by projector.
+enum Woken {
+    /// The leadership channel changed (false: it closed).
+    Leadership(bool),
+    /// A checkpoint notification, or the listening connection's failure.
+    Notified(Result<sqlx::postgres::PgNotification, sqlx::Error>),
+    /// Time to read the checkpoint.
+    Poll,
+}
 
 /// How to reach PostgreSQL and tune the projector.
 #[derive(Debug, Clone)]
@@ -154,6 +170,9 @@ pub struct ProjectionConfig {
     /// memory does not grow with them, like the replica's; `None` keeps
     /// them in memory (tests).
     pub receipts_dir: Option<std::path::PathBuf>,
+    /// How often a standing-by projector reads the checkpoint
+    /// ([`STANDBY_POLL_INTERVAL`]).
+    pub standby_poll_interval: Duration,
 }
 
 impl ProjectionConfig {
@@ -167,6 +186,7 @@ impl ProjectionConfig {
             seed: node_id,
             events_kept_entries: EVENTS_KEPT_ENTRIES_DEFAULT,
             receipts_dir: None,
+            standby_poll_interval: STANDBY_POLL_INTERVAL,
         }
     }
 }
@@ -180,12 +200,24 @@ pub fn connect_lazy(
     connections_max: u32,
     application_name: &str,
 ) -> Result<PgPool, ProjectionError> {
+    connect_lazy_with(database_url, connections_max, application_name, &[])
+}
+
+/// [`connect_lazy`], every session also started with these settings.
+fn connect_lazy_with(
+    database_url: &str,
+    connections_max: u32,
+    application_name: &str,
+    settings: &[(&str, &str)],
+) -> Result<PgPool, ProjectionError> {
+    let statement_timeout = format!("{}ms", STATEMENT_TIMEOUT.as_millis());
     let options = PgConnectOptions::from_str(database_url)?
         .application_name(application_name)
-        .options([(
-            "statement_timeout",
-            format!("{}ms", STATEMENT_TIMEOUT.as_millis()),
-        )]);
+        .options(
+            [("statement_timeout", statement_timeout.as_str())]
+                .into_iter()
+                .chain(settings.iter().copied()),
+        );
     Ok(PgPoolOptions::new()
         .max_connections(connections_max)
         .acquire_timeout(CONNECT_TIMEOUT)
@@ -294,10 +326,13 @@ impl<S: ReplicaSource> Projector<S> {
     /// ([`PROJECTOR_CONNECTIONS_MAX`]) and the handle reads through another
     /// ([`READER_CONNECTIONS_MAX`]).
     pub fn new(config: ProjectionConfig, source: S) -> Result<(Self, Projection), ProjectionError> {
-        let writer = connect_lazy(
+        // "Durability" in the module doc: why the projector's commits do
+        // not wait for PostgreSQL's disk.
+        let writer = connect_lazy_with(
             &config.database_url,
             PROJECTOR_CONNECTIONS_MAX,
             "palisade-projector",
+            &[("synchronous_commit", "off")],
         )?;
         let readers = connect_lazy(
             &config.database_url,
@@ -445,40 +480,77 @@ impl<S: ReplicaSource> Projector<S> {
         base.mul_f64(jitter)
     }
 
-    /// Not leading: keep the shadow, watch the checkpoint. Returns false
-    /// when the leadership channel closed.
+    /// Not leading: keep the shadow, follow the checkpoint (notified by
+    /// the projecting replica's commits, and read every
+    /// `standby_poll_interval`). Returns false when the leadership channel
+    /// closed.
     async fn standby(&mut self, active: &mut watch::Receiver<bool>) -> bool {
         self.verified = false;
         self.status
             .send_modify(|status| status.state = ProjectorState::Standby);
+        let mut listener = None;
         loop {
-            match bounded(store::read_checkpoint(&self.pool)).await {
-                Ok(checkpoint) => {
-                    self.lag.forget_through(checkpoint.position.index);
-                    self.status.send_modify(|status| {
-                        status.projected_index = checkpoint.position.index;
-                        status.projected_term = checkpoint.position.term;
-                        status.last_error = None;
-                    });
+            // Listen first, then read: no commit falls between the two.
+            if listener.is_none() {
+                match bounded(store::listen_checkpoints(&self.pool)).await {
+                    Ok(listening) => listener = Some(listening),
+                    Err(error) => {
+                        debug!(%error, "cannot listen for checkpoints; reading them every {:?}", self.config.standby_poll_interval);
+                    }
                 }
+            }
+            match bounded(store::read_checkpoint(&self.pool)).await {
+                Ok(checkpoint) => self.standby_saw(checkpoint.position),
                 Err(error) => {
                     debug!(%error, "cannot read the projection checkpoint");
                     self.status
                         .send_modify(|status| status.last_error = Some(error.to_string()));
                 }
             }
-            tokio::select! {
-                changed = active.changed() => {
-                    if changed.is_err() {
-                        return false;
+            let poll = tokio::time::sleep(self.config.standby_poll_interval);
+            tokio::pin!(poll);
+            loop {
+                let notified = async {
+                    match listener.as_mut() {
+                        Some(listening) => listening.recv().await,
+                        None => std::future::pending().await,
                     }
-                    if *active.borrow_and_update() {
-                        return true;
+                };
+                let woken = tokio::select! {
+                    changed = active.changed() => Woken::Leadership(changed.is_ok()),
+                    notification = notified => Woken::Notified(notification),
+                    () = &mut poll => Woken::Poll,
+                };
+                match woken {
+                    Woken::Leadership(false) => return false,
+                    Woken::Leadership(true) if *active.borrow_and_update() => return true,
+                    Woken::Leadership(true) => {}
+                    Woken::Notified(Ok(notification)) => {
+                        if let Some(position) = store::checkpoint_notified(notification.payload()) {
+                            self.standby_saw(position);
+                        }
                     }
+                    Woken::Notified(Err(error)) => {
+                        // Notifications may have been lost with the
+                        // connection: listen again and read.
+                        debug!(%error, "lost the checkpoint notifications");
+                        listener = None;
+                        break;
+                    }
+                    Woken::Poll => break,
                 }
-                () = tokio::time::sleep(STANDBY_POLL_INTERVAL) => {}
             }
         }
+    }
+
+    /// A standing-by projector learned the checkpoint.
+    fn standby_saw(&mut self, position: palisade_lifecycle::LogPosition) {
+        self.lag.forget_through(position.index);
+        self.status.send_modify(|status| {
+            status.projected_index = position.index;
+            status.projected_term = position.term;
+            status.last_error = None;
+        });
     }
 
     /// One unit of work: prepare if needed, then one batch (or wait for

@@ -16,9 +16,12 @@ use crate::error::{ProjectionError, from_db};
 use crate::status::{LagSamples, ProjectionStatus, ProjectorState};
 use crate::store::{self, Checkpoint, SANDBOX_COLUMNS};
 
-/// How often a read-your-writes wait reads the checkpoint when another
-/// replica projects.
-pub const WAIT_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often a read-your-writes wait reads the checkpoint itself when
+/// another replica projects. Only a fallback: a standing-by projector's
+/// status follows the projecting replica's commits (it is notified, see
+/// [`CHECKPOINT_CHANNEL`](crate::store::CHECKPOINT_CHANNEL)), and the wait
+/// ends as soon as the status reaches the index.
+pub const WAIT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// A `ListSandboxes` query, with the semantics of the state-served one:
 /// ordered by (workspace, name), filtered server side.
@@ -146,8 +149,14 @@ impl Projection {
                     () = tokio::time::sleep_until(deadline) => return Err(lagging()),
                 }
             } else {
-                // Another replica projects: poll the checkpoint.
+                // Another replica projects: this one's status follows its
+                // commits; read the checkpoint now and then in case the
+                // notifications stopped (or there is no projector here).
                 tokio::select! {
+                    changed = status.changed(), if channel_open => {
+                        channel_open = changed.is_ok();
+                        continue;
+                    }
                     () = tokio::time::sleep(WAIT_POLL_INTERVAL) => {}
                     () = tokio::time::sleep_until(deadline) => return Err(lagging()),
                 }

@@ -11,7 +11,10 @@
 //! 1. the guarded checkpoint update (`WHERE applied_index < $new AND
 //!    applied_index = $from`): it takes the checkpoint row's lock, so a
 //!    second projector's transaction queues behind it and then finds the
-//!    checkpoint moved (0 rows) and rolls back before writing anything;
+//!    checkpoint moved (0 rows) and rolls back before writing anything.
+//!    The same statement NOTIFYs [`CHECKPOINT_CHANNEL`] with the new
+//!    checkpoint, which PostgreSQL delivers when (and only if) the
+//!    transaction commits;
 //! 2. deletes, children before parents: removed sandboxes with everything
 //!    they own (one statement), cleared and revoked sessions, policies,
 //!    workspaces;
@@ -50,6 +53,42 @@ pub struct Checkpoint {
     pub position: LogPosition,
     /// The cluster whose log was projected, once known.
     pub cluster_id: Option<String>,
+}
+
+/// The channel every batch and resync transaction NOTIFYs when it
+/// commits, with the new checkpoint as JSON (`{"index": 42, "term": 3}`),
+/// in commit order. Standing-by projectors LISTEN to it, so their status
+/// and read-your-writes waits follow the checkpoint without polling; a
+/// consumer of the projection may LISTEN too, to read what just landed.
+/// A notification is a hint: after a lost connection, read the
+/// checkpoint (notifications sent meanwhile are gone), and after a
+/// PostgreSQL crash the checkpoint may be earlier than the last
+/// notification said (see the projector's "Durability").
+pub const CHECKPOINT_CHANNEL: &str = "palisade_projection_checkpoint";
+
+/// The checkpoint a [`CHECKPOINT_CHANNEL`] notification carries, or
+/// `None` if the payload is not one.
+pub fn checkpoint_notified(payload: &str) -> Option<LogPosition> {
+    #[derive(serde::Deserialize)]
+    struct Notified {
+        index: u64,
+        term: u64,
+    }
+    let notified: Notified = serde_json::from_str(payload).ok()?;
+    Some(LogPosition {
+        index: notified.index,
+        term: notified.term,
+    })
+}
+
+/// Starts listening to [`CHECKPOINT_CHANNEL`] on a connection of `pool`
+/// (held until the listener is dropped).
+pub(crate) async fn listen_checkpoints(
+    pool: &PgPool,
+) -> Result<sqlx::postgres::PgListener, ProjectionError> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(CHECKPOINT_CHANNEL).await?;
+    Ok(listener)
 }
 
 /// A point inside a batch transaction, for fault injection (tests, chaos).
@@ -174,12 +213,11 @@ pub(crate) async fn write_batch(
     shadow: Option<(LogPosition, &[u8])>,
     hook: Option<&StageHook>,
 ) -> Result<Written, ProjectionError> {
+    // The commit returns before its WAL is flushed: the projector's
+    // sessions run with `synchronous_commit = off` (see the projector's
+    // module doc, "Durability"), so a batch never waits for PostgreSQL's
+    // disk.
     let mut tx = pool.begin().await?;
-    // The commit returns before its WAL is flushed (see the projector's
-    // module doc, "Durability"): a batch never waits for PostgreSQL's disk.
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
-        .await?;
     advance_checkpoint(&mut tx, node_id, from, to, cluster_id).await?;
     at_stage(hook, BatchStage::CheckpointAdvanced).await;
     write_plan(&mut tx, plan).await?;
@@ -251,13 +289,16 @@ async fn advance_checkpoint(
             SET applied_index = $1, applied_term = $2,
                 cluster_id = COALESCE($3, cluster_id),
                 projected_by = $4, updated_at = now()
-          WHERE applied_index < $1 AND applied_index = $5",
+          WHERE applied_index < $1 AND applied_index = $5
+      RETURNING pg_notify($6, json_build_object('index', applied_index,
+                                                'term', applied_term)::text)",
     )
     .bind(to_db("applied_index", to.index)?)
     .bind(to_db("applied_term", to.term)?)
     .bind(cluster_id)
     .bind(to_db("node_id", node_id)?)
     .bind(to_db("checkpoint", from)?)
+    .bind(CHECKPOINT_CHANNEL)
     .execute(&mut **tx)
     .await?
     .rows_affected();

@@ -18,7 +18,9 @@
 //! - two projectors at once never double-apply: the loser of the guarded
 //!   update rolls back and reloads;
 //! - the production source (a real single-node Raft, redb log, snapshots
-//!   and purges) projects and resyncs the same way.
+//!   and purges) projects and resyncs the same way;
+//! - a standing-by projector follows each batch by notification (its
+//!   poll an hour apart), and a consumer LISTENing gets each checkpoint.
 //!
 //! Seeds are printed; rerun one with `PROJECTION_SEED=<seed>`.
 
@@ -29,6 +31,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use palisade_lifecycle::{SandboxPhase, State};
+use palisade_projection::store;
 use palisade_projection::test_postgres::{Durability, Shutdown};
 use palisade_projection::workload::Workload;
 use palisade_projection::{
@@ -1405,5 +1408,79 @@ async fn lifecycle_events_keep_only_the_configured_window() -> Result<()> {
     }
     println!("lifecycle_events row counts: {sizes:?}");
     task.abort();
+    Ok(())
+}
+
+/// A standing-by projector follows the checkpoint by notification, not by
+/// its poll: with the poll an hour apart, its status still moves with each
+/// of the projecting replica's batches (so read-your-writes waits on its
+/// replica end when the batch commits). A consumer LISTENing to the
+/// channel gets each new checkpoint as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_by_projector_follows_each_batch_by_notification() -> Result<()> {
+    let mut harness = Harness::new(seed()).await?;
+    harness.drive(50);
+    let (projecting, projection) = harness.projector(1)?;
+    let (standing_by, standby) = Projector::new(
+        ProjectionConfig {
+            standby_poll_interval: Duration::from_secs(3600),
+            ..harness.config(2)
+        },
+        harness.replica.clone(),
+    )?;
+    let (_leads, not_leading) = watch::channel(false);
+    let standby_task = tokio::spawn(standing_by.run(not_leading, std::future::pending()));
+    let (projecting_task, _active) = run(projecting);
+    projection
+        .wait_for_index(harness.replica.last().index, WAIT)
+        .await?;
+    // The standby read the checkpoint once (the migrations ran first, so
+    // it may be 0 or the first batch's); from here on only notifications
+    // can move its status.
+    tokio::time::timeout(WAIT, async {
+        while standby.status().state != palisade_projection::ProjectorState::Standby {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await?;
+    let mut listener = sqlx::postgres::PgListener::connect(harness.postgres.url()).await?;
+    listener.listen(store::CHECKPOINT_CHANNEL).await?;
+
+    for round in 1..=5 {
+        harness.drive_steadily(40).await;
+        let target = harness.replica.last().index;
+        projection.wait_for_index(target, WAIT).await?;
+        let followed = tokio::time::timeout(WAIT, async {
+            while standby.status().projected_index < target {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        ensure!(
+            followed.is_ok(),
+            "round {round}: the standby's status stayed at {:?}, the checkpoint is at {target}",
+            standby.status().projected_index
+        );
+        // The consumer's notifications arrive in commit order, the last
+        // one naming the checkpoint.
+        let mut last = None;
+        while last.is_none_or(|index| index < target) {
+            let notification = tokio::time::timeout(WAIT, listener.recv()).await??;
+            let position = store::checkpoint_notified(notification.payload())
+                .with_context(|| format!("not a checkpoint: {}", notification.payload()))?;
+            ensure!(
+                last.is_none_or(|index| index < position.index),
+                "notifications out of order: {last:?} then {position:?}"
+            );
+            last = Some(position.index);
+        }
+        ensure!(
+            last == Some(target),
+            "notified {last:?}, projected {target}"
+        );
+    }
+    assert_rows_equal(&projection, &harness.replica).await?;
+    projecting_task.abort();
+    standby_task.abort();
     Ok(())
 }
