@@ -24,14 +24,37 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const LEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs a benchmark's `main`: a tokio runtime, and on failure the error on
-/// stderr and exit code 1.
+/// stderr and exit code 1. SIGINT or SIGTERM ends the run as a failure:
+/// the benchmark is dropped first, so what it started (replicas, a
+/// PostgreSQL server, sandboxes) is stopped rather than left running.
 pub fn run_main(benchmark: impl Future<Output = anyhow::Result<()>>) {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let result = runtime.block_on(benchmark);
+    let result = runtime.block_on(async {
+        tokio::select! {
+            result = benchmark => result,
+            signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
+        }
+    });
     runtime.shutdown_background();
     if let Err(error) = result {
         eprintln!("error: {error:#}");
         std::process::exit(1);
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM, with its name (never, if the
+/// handlers cannot be installed).
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
     }
 }
 
