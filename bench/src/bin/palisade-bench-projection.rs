@@ -34,9 +34,12 @@
 //!    SSH sessions (10,000, the most a sandbox may own) and a policy; once
 //!    the projection has them, readers start — `--readers` clients listing
 //!    the workspace through the API from the projection
-//!    (`ListSandboxes`, `source: PROJECTION`, on every replica) and
-//!    `--readers` connections querying PostgreSQL directly (the doomed
-//!    sandbox's sessions, the workspace's sandboxes) — first for an idle
+//!    (`ListSandboxes`, `source: PROJECTION`, over the replicas)
+//!    linearizably (each waits until the projection reached its read
+//!    index), `--readers` doing the same stale (no wait), and `--readers`
+//!    connections querying PostgreSQL directly (the doomed
+//!    sandbox's sessions, the workspace's sandboxes), each reading every
+//!    `--read-interval-ms` — first for an idle
 //!    second, then while the sandbox is deleted through the leader. It
 //!    prints when the delete was acknowledged and when the projection had
 //!    it (the checkpoint past the leader's commit index at the
@@ -95,10 +98,15 @@ struct Args {
     /// How many such sandboxes are deleted (0 skips the cleanup part).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
     cleanup_runs: u32,
-    /// API readers (over the replicas) and PostgreSQL readers during the
-    /// cleanup, each.
+    /// Readers of each kind during the cleanup: linearizable API, stale
+    /// API (both over the replicas), PostgreSQL.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
     readers: u32,
+    /// Each reader reads once every this many milliseconds (later when a
+    /// read takes longer): readers, not a load generator that would take
+    /// the machine's CPU from what it measures.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    read_interval_ms: u64,
     #[command(flatten)]
     run: RunFlags,
 }
@@ -635,16 +643,23 @@ struct CleanupRun {
 /// What a reader reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Reader {
-    /// `ListSandboxes` from the projection, through a replica.
-    Api,
+    /// `ListSandboxes` from the projection through a replica, linearizable:
+    /// it waits until the projection reached the read index, so a read
+    /// that starts after the delete was committed waits for its batch.
+    ApiLinearizable,
+    /// The same, stale: no wait, what the projection holds.
+    ApiStale,
     /// A query on PostgreSQL.
     Sql,
 }
 
 impl Reader {
+    const ALL: [Reader; 3] = [Reader::ApiLinearizable, Reader::ApiStale, Reader::Sql];
+
     fn label(self) -> &'static str {
         match self {
-            Reader::Api => "API (ListSandboxes from the projection)",
+            Reader::ApiLinearizable => "API, linearizable (ListSandboxes from the projection)",
+            Reader::ApiStale => "API, stale (ListSandboxes from the projection)",
             Reader::Sql => "PostgreSQL (SELECT)",
         }
     }
@@ -717,12 +732,20 @@ async fn cleanup(
         .await?;
 
     let stop = Arc::new(AtomicBool::new(false));
+    let read_interval = Duration::from_millis(args.read_interval_ms);
     let mut readers = JoinSet::new();
     for reader in 0..args.readers as usize {
-        let api = PalisadeClient::new(channels[reader % channels.len()].clone());
-        readers.spawn(api_reader(api, stop.clone()));
+        for (offset, kind) in [(0, Reader::ApiLinearizable), (1, Reader::ApiStale)] {
+            let api = PalisadeClient::new(channels[(reader + offset) % channels.len()].clone());
+            readers.spawn(api_reader(api, kind, read_interval, stop.clone()));
+        }
         let connection = PgConnection::connect(url).await?;
-        readers.spawn(sql_reader(connection, id.clone(), stop.clone()));
+        readers.spawn(sql_reader(
+            connection,
+            id.clone(),
+            read_interval,
+            stop.clone(),
+        ));
     }
     let idle_start = Instant::now();
     tokio::time::sleep(IDLE_WINDOW).await;
@@ -775,20 +798,40 @@ async fn cleanup(
     })
 }
 
-async fn api_reader(mut api: PalisadeClient<Channel>, stop: Arc<AtomicBool>) -> Vec<Read> {
+/// A reader's pace: one read every `interval` (later if a read takes
+/// longer).
+fn read_ticks(interval: Duration) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
+}
+
+async fn api_reader(
+    mut api: PalisadeClient<Channel>,
+    reader: Reader,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+) -> Vec<Read> {
+    let consistency = match reader {
+        Reader::ApiStale => v1::Consistency::Stale,
+        _ => v1::Consistency::Linearizable,
+    } as i32;
     let mut reads = Vec::new();
+    let mut ticks = read_ticks(interval);
     while !stop.load(Ordering::SeqCst) {
+        ticks.tick().await;
         let started = Instant::now();
         let answer = api
             .list_sandboxes(v1::ListSandboxesRequest {
                 workspace: WORKSPACE.into(),
                 page_size: PAGE_SIZE,
                 source: v1::ListSource::Projection as i32,
+                consistency,
                 ..Default::default()
             })
             .await;
         reads.push(Read {
-            reader: Reader::Api,
+            reader,
             started,
             ended: Instant::now(),
             error: answer.err().map(|status| describe(&status)),
@@ -801,11 +844,14 @@ async fn api_reader(mut api: PalisadeClient<Channel>, stop: Arc<AtomicBool>) -> 
 async fn sql_reader(
     mut connection: PgConnection,
     doomed: String,
+    interval: Duration,
     stop: Arc<AtomicBool>,
 ) -> Vec<Read> {
     let mut reads = Vec::new();
     let mut turn = 0u64;
+    let mut ticks = read_ticks(interval);
     while !stop.load(Ordering::SeqCst) {
+        ticks.tick().await;
         turn += 1;
         let started = Instant::now();
         let answer = if turn.is_multiple_of(2) {
@@ -872,9 +918,9 @@ fn print_cleanup(runs: &[CleanupRun], args: &Args) -> anyhow::Result<()> {
         millis(percentile(&projected, 0.5))
     );
     println!(
-        "\nReaders during the cleanup ({} API readers listing from the projection over the replicas, {} PostgreSQL connections querying the sessions and the sandboxes); \
+        "\nReaders during the cleanup ({0} linearizable and {0} stale API readers listing from the projection over the replicas, {0} PostgreSQL connections querying the sessions and the sandboxes, each reading every {1} ms); \
          idle = the second before each delete, during = reads overlapping a delete from its start to the projection having it",
-        args.readers, args.readers
+        args.readers, args.read_interval_ms
     );
     let mut table = Table::new(
         &[
@@ -883,7 +929,7 @@ fn print_cleanup(runs: &[CleanupRun], args: &Args) -> anyhow::Result<()> {
         2,
     );
     let mut failures = Vec::new();
-    for reader in [Reader::Api, Reader::Sql] {
+    for reader in Reader::ALL {
         for (window, pick) in [("idle", 0), ("during delete", 1)] {
             let mut latencies = Vec::new();
             let mut errors = 0;
@@ -949,7 +995,7 @@ fn print_targets(rows: &[LagRow], runs: &[CleanupRun]) {
         verdict(acknowledged < 50.0),
         verdict(projected < 50.0)
     );
-    for reader in [Reader::Api, Reader::Sql] {
+    for reader in Reader::ALL {
         let mut latencies: Vec<Duration> = runs
             .iter()
             .flat_map(|run| {
