@@ -196,6 +196,44 @@ pub(crate) fn processes() -> io::Result<Vec<(i32, ProcStat)>> {
     Ok(processes)
 }
 
+/// The children of this process (zombies included), from the kernel's list of
+/// each of its threads (`/proc/self/task/<tid>/children`): the cost is in the
+/// number of children, where a scan of `/proc` is in the number of processes on
+/// the host (a shim ending among a thousand others read a thousand stat files).
+/// `None` when the kernel keeps no such lists (built without
+/// `CONFIG_PROC_CHILDREN`): then only a scan can tell.
+///
+/// The kernel documents the lists as possibly missing a child that is being
+/// created or reparented while they are read, so a caller must not take an
+/// empty answer as proof that no child is left (`waitpid` is that proof).
+pub(crate) fn own_children() -> io::Result<Option<Vec<i32>>> {
+    let mut children = Vec::new();
+    for thread in fs::read_dir("/proc/self/task")? {
+        let list = thread?.path().join("children");
+        let text = match fs::read_to_string(&list) {
+            Ok(text) => text,
+            // The thread ended while we listed them: it has no children now.
+            Err(error) if error.raw_os_error() == Some(libc::ESRCH) => continue,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if list.parent().is_some_and(Path::exists) {
+                    return Ok(None); // the thread is there, its list is not
+                }
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        for word in text.split_ascii_whitespace() {
+            children.push(word.parse().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("cannot parse {}: {text:?}", list.display()),
+                )
+            })?);
+        }
+    }
+    Ok(Some(children))
+}
+
 /// kill(2); a target that no longer exists is not an error.
 pub(crate) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill has no memory-safety preconditions.
@@ -213,6 +251,35 @@ pub(crate) fn send_signal(target: i32, signal: libc::c_int) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shim's sweep finds its children in the kernel's per-thread lists: a
+    /// child spawned here is listed (until reaped), and a process that is not our
+    /// child (our parent) is not.
+    #[test]
+    fn own_children_lists_this_process_children_only() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let listed = own_children()
+            .expect("readable")
+            .expect("this kernel keeps the lists");
+        child.kill().expect("kill");
+        child.wait().expect("reap");
+        assert!(listed.contains(&pid), "child {pid} not in {listed:?}");
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        assert!(
+            !listed.contains(&parent),
+            "our parent {parent} listed as a child"
+        );
+        let after = own_children().expect("readable").expect("lists");
+        assert!(
+            !after.contains(&pid),
+            "reaped child {pid} still listed: {after:?}"
+        );
+    }
 
     /// The stop path waits for the shim's end on its pidfd: the wait ends when the
     /// process exits, not at its limit (which it would reach if it only slept).

@@ -937,12 +937,22 @@ pub(crate) fn sweep_descendants() {
     let deadline = Instant::now() + SHIM_SWEEP_TIMEOUT;
     let me = std::process::id() as i32;
     loop {
-        match processes() {
-            Ok(processes) => {
-                for (pid, stat) in processes {
-                    if stat.parent == me && !stat.is_zombie() {
-                        let _ = send_signal(pid, libc::SIGKILL);
-                    }
+        // Signalling a zombie child does nothing, and is as race-free as the rest.
+        let children = match own_children() {
+            Ok(Some(children)) => Ok(children),
+            Ok(None) => processes().map(|processes| {
+                processes
+                    .into_iter()
+                    .filter(|(_, stat)| stat.parent == me && !stat.is_zombie())
+                    .map(|(pid, _)| pid)
+                    .collect()
+            }),
+            Err(error) => Err(error),
+        };
+        match children {
+            Ok(children) => {
+                for pid in children {
+                    let _ = send_signal(pid, libc::SIGKILL);
                 }
             }
             Err(error) => eprintln!("palisade shim: listing processes failed: {error}"),
