@@ -496,6 +496,44 @@ async fn a_restarted_gateway_adopts_running_executions() {
     );
 }
 
+/// Waits until the clock `/proc` counts start times in (clock ticks since boot,
+/// 10 ms apart) is past the start time in every one of `records`, so that a
+/// process started now stands for a later one that took a recycled pid. One
+/// started within the same tick as the recorded process would be the same
+/// identity (pid and start time) to the driver, and to any reader of `/proc`: a
+/// quick shim and a quick test met within one tick in about 1 run in 6.
+async fn wait_past_start_times(records: &[PathBuf]) {
+    let latest = records
+        .iter()
+        .map(|record| {
+            let value: serde_json::Value =
+                serde_json::from_slice(&fs::read(record).expect("record")).expect("json");
+            value["start_time"].as_u64().expect("a start time")
+        })
+        .max()
+        .expect("records");
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // Seconds since boot, on the clock start times count on (boot time).
+        let uptime: f64 = fs::read_to_string("/proc/uptime")
+            .expect("/proc/uptime")
+            .split_whitespace()
+            .next()
+            .and_then(|seconds| seconds.parse().ok())
+            .expect("seconds since boot");
+        if (uptime * ticks_per_second) as u64 > latest + 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the clock did not pass start time {latest}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Rewrites the `pid` of a JSON record, keeping its start time.
 fn repoint(record: &Path, pid: u32) {
     let mut value: serde_json::Value =
@@ -553,8 +591,9 @@ async fn a_recycled_pid_is_never_signalled() {
 
     // Pretend the shim and the command died without recording an exit and their pids
     // now belong to unrelated processes: the records keep the old start times.
-    let mut decoys = [Decoy::spawn(), Decoy::spawn()];
     let dir = driver.execution_dir("sandbox-h", 1);
+    wait_past_start_times(&[dir.join("shim.json"), dir.join("command.json")]).await;
+    let mut decoys = [Decoy::spawn(), Decoy::spawn()];
     repoint(&dir.join("shim.json"), decoys[0].0.id());
     repoint(&dir.join("command.json"), decoys[1].0.id());
     fs::remove_file(dir.join("exit.json")).expect("remove exit record");
