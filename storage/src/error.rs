@@ -131,6 +131,35 @@ pub enum LogStoreError {
         found: u32,
     },
 
+    /// A segment file of the log could not be created, written, read,
+    /// synced or removed.
+    #[error(
+        "cannot {operation} the log segment {path}: {source}; check free space and the health \
+         of the data volume, then restart the replica"
+    )]
+    SegmentIo {
+        /// The segment file.
+        path: PathBuf,
+        /// What the store was doing.
+        operation: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A file in the segment directory is not a segment the log wrote.
+    #[error(
+        "the log segment {path} {problem}; this replica's log can no longer be trusted: stop \
+         it, move its data directory aside for inspection, and re-add the replica to the \
+         cluster under a new node id so that it copies the log from its peers"
+    )]
+    SegmentFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+
     /// A redb operation failed (disk full, I/O error, ...).
     #[error(
         "log database {operation} failed: {source}; check free space and the health of the \
@@ -240,7 +269,9 @@ impl LogStoreError {
                 redb::Error::Corrupted(_) => io::ErrorKind::InvalidData,
                 _ => io::ErrorKind::Other,
             },
+            LogStoreError::SegmentIo { source, .. } => source.kind(),
             LogStoreError::UnsupportedFormat { .. }
+            | LogStoreError::SegmentFile { .. }
             | LogStoreError::Corrupt { .. }
             | LogStoreError::Undecodable { .. } => io::ErrorKind::InvalidData,
             LogStoreError::FailedWithBatch { .. } | LogStoreError::WriterStopped { .. } => {

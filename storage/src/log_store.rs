@@ -1,69 +1,85 @@
-//! The durable Raft log: entries, vote, committed log id and last purged log
-//! id in one redb database file.
+//! The durable Raft log: entries in append-only segment files, and the
+//! vote, committed log id, last purged log id and format in one small redb
+//! database.
 //!
-//! # Layout of the database
+//! # Layout on disk
 //!
-//! - table `log`: `u64` log index -> record holding the JSON of the entry;
-//! - table `meta`: name -> record holding the JSON of a value: `vote`,
-//!   `committed`, `last_purged`, and `format`: the version of what the
-//!   database holds. 1 is this layout with entries every release reads;
-//!   the owner raises it ([`FormatRecord::raise`]) when it starts writing
-//!   entries an older release cannot decode (Palisade: to the cluster
-//!   feature level once a replica applied a raise), so that an older
-//!   release refuses the whole database at open with a clear message
-//!   instead of failing on one entry later. Releases before the record
-//!   could move accept exactly 1; this one opens any version and leaves
-//!   the comparison with what its build supports to the owner
-//!   ([`FormatRecord::version`]).
+//! - `log.redb`, table `meta`: name -> record holding the JSON of a value:
+//!   `vote`, `committed`, `last_purged`, `level` (the owner's version of
+//!   what the log holds: Palisade's cluster feature level, see
+//!   [`FormatRecord`]) and `format` (see below);
+//! - directory [`SEGMENTS_DIR`](crate::segment_log::SEGMENTS_DIR): the
+//!   entries, one checksummed record each, in segment files (see
+//!   [`segment_log`](crate::segment_log) for their format and how a crash
+//!   is recovered from).
 //!
 //! Every record carries a CRC-32 over its key and payload (see the
 //! crate-private `record` module), verified on every read.
 //!
+//! # The `format` record, and the log of older releases
+//!
+//! Releases up to this one kept the entries in the database's `log` table.
+//! Opening such a database moves its entries into a segment file (written
+//! and synced first, then the table dropped in one transaction: a crash
+//! in between repeats the move at the next open) and sets `format` to
+//! [`FORMAT_SEGMENTS`]. Older releases must not open the result: they would
+//! see an empty log. Releases before feature levels accept only `format`
+//! 1, later ones only a format up to the feature level they support (2),
+//! so both refuse it at open, before reading anything. The owner's own
+//! version moved to the `level` record (a database whose `format` was
+//! below 3 held the level there, and the move copies it).
+//!
 //! # Durability, and a writer thread
 //!
-//! Every write (append, vote, committed, truncate, purge) is committed in a
-//! redb write transaction with [`Durability::Immediate`]: when the commit
-//! returns, the data has been written and fsynced, and survives a process
-//! crash or a power loss (as far as the device honours flushes).
+//! A write is acknowledged only once it is durable: entries after the
+//! `fdatasync` of their segment, the other records after the commit of a
+//! redb transaction with [`Durability::Immediate`].
 //!
 //! The writes are made by one thread of the store's own, in the order they
-//! were asked for: it takes every write queued while its previous commit
-//! was under way and commits them together, one transaction and one fsync
-//! (group commit). `append` does not wait for it: openraft awaits `append`
-//! inside its core task, and a core waiting for an fsync handles nothing
-//! else — in the load test (`palisade-load`) a read's read index waited
-//! 150 ms at p90 for a core busy appending. So `append` puts the entries
-//! (already encoded) in a map of pending entries, queues them for the
-//! writer and returns: readers see the pending entries at once, as the
-//! trait requires, and the writer calls `io_completed` after the commit
-//! that made them durable, then drops them from the map. The other writes
-//! wait for their commit, as openraft requires (the vote, the committed
-//! log id, a truncation, a purge step are durable when they return), which
-//! makes every append queued before them durable too. A failed transaction
-//! fails every write in it; openraft stops the replica on the first.
+//! were asked for: it takes every write queued while its previous one was
+//! under way and makes them durable together (group commit): the entries
+//! in one write and one `fdatasync` per segment, then the records in one
+//! transaction (skipped when there are none). `append` does not wait for
+//! it: openraft awaits `append` inside its core task, and a core waiting
+//! for an fsync handles nothing else — in the load test (`palisade-load`) a
+//! read's read index waited 150 ms at p90 for a core busy appending. So
+//! `append` puts the entries (already encoded) in a map of pending entries,
+//! queues them for the writer and returns: readers see the pending entries
+//! at once, as the trait requires, and the writer calls `io_completed` after
+//! the `fdatasync` that made them durable, then drops them from the map.
+//! The other writes wait until they are durable, as openraft requires,
+//! which makes every append queued before them durable too. A failed group
+//! fails every write in it (and the entries it wrote are cut off again);
+//! openraft stops the replica on the first.
 //!
-//! A reader takes the pending entries it needs before it opens its read
-//! transaction: an entry the writer drops from the map meanwhile was
-//! committed before, so the transaction has it.
+//! Entries are made durable before the records of their group, so a
+//! record never becomes durable before an append queued ahead of it. The
+//! other way round, an append queued after a vote or a purge must not
+//! become durable before it (a replica that crashed with a new term's
+//! entries but its old vote could vote twice in that term): a group ends
+//! with a vote or a purge, the next group takes what was queued after it.
+//! A `committed` record may become durable after an append queued behind
+//! it: losing it in a crash only costs the replica learning it again.
+//! Truncations are made durable at once (see the segment module).
 //!
-//! # Purge: at once for openraft, in steps on disk
+//! A reader takes the pending entries it needs before it looks at the
+//! segments: the writer adds entries to the segments before it drops them
+//! from the map, so a reader finds each entry in one or the other.
 //!
-//! openraft awaits `purge` inside its core task: while it runs, the replica
-//! handles no heartbeat, vote or write. A snapshot makes tens of thousands
-//! of entries purgeable at once, and deleting them in one transaction took
-//! over a second under load (measured in a 30-minute soak: the replica that
-//! had just snapshotted missed every heartbeat for 1.2-1.6 s, and on
-//! waking its election timer fired first, deposing a healthy leader). So
-//! `purge` records the new purge point in memory, from where reads, the
-//! log state and appends treat everything up to it as gone, and deletes
-//! at most [`PURGE_STEP`] entries; every later transaction of the writer
-//! deletes the next step (no extra fsync), one step per transaction
-//! however many writes it groups, until the file caught up.
-//! Each step also moves the `last_purged` record to the last entry it
-//! deleted, so the file always holds exactly the entries above its record,
-//! without a hole. A crash before the file caught up only leaves entries
-//! that openraft purges again after the restart.
-
+//! # Purge
+//!
+//! openraft awaits `purge` inside its core task. `purge` records the new
+//! purge point in memory, from where reads, the log state and appends
+//! treat everything up to it as gone, and queues the write of the
+//! `last_purged` record; once that is durable, the writer removes the
+//! segment files that hold only purged entries (whole files: no entry is
+//! deleted one by one, so a purge of a hundred thousand entries is an
+//! unlink, not a transaction that kept the replica from its heartbeats for
+//! over a second, as the deletes from the database table once did). An
+//! append that continues a purge point past the end of the log (after a
+//! snapshot install) writes the purge point first, so that a crash can
+//! never leave segments with a gap between them that no purge covers.
+//!
 //! # Invariants enforced
 //!
 //! The log never has a hole: an append must continue the last entry (or the
@@ -74,12 +90,12 @@
 //!
 //! # Threads
 //!
-//! redb calls block (and commits fsync): writes run on the writer thread;
-//! reads run on the runtime's blocking pool (`spawn_blocking`), never on an
-//! async worker thread. Dropping the store stops the writer after the
-//! writes queued before and waits for it, so that the file is closed (when
-//! no reader is left) once the store is gone: an in-process replica that
-//! is crashed and restarted opens it again at once.
+//! Disk writes run on the writer thread; reads run on the runtime's
+//! blocking pool (`spawn_blocking`), never on an async worker thread.
+//! Dropping the store stops the writer after the writes queued before and
+//! waits for it, so that the files are closed (when no reader is left)
+//! once the store is gone: an in-process replica that is crashed and
+//! restarted opens them again at once.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -92,6 +108,7 @@ use std::ops::RangeBounds;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::RwLock;
 use std::sync::mpsc;
 
 use openraft::OptionalSend;
@@ -109,8 +126,8 @@ use redb::Database;
 use redb::Durability;
 use redb::ReadableDatabase;
 use redb::ReadableTable;
-use redb::ReadableTableMetadata;
 use redb::TableDefinition;
+use redb::TableHandle;
 use redb::WriteTransaction;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -119,6 +136,8 @@ use crate::error::Corruption;
 use crate::error::LogStoreError;
 use crate::error::RecordKey;
 use crate::record;
+use crate::segment_log;
+use crate::segment_log::Segments;
 
 /// Name of the database file inside the directory given to [`LogStore::open`].
 pub const LOG_FILE_NAME: &str = "log.redb";
@@ -129,47 +148,50 @@ pub const LOG_FILE_NAME: &str = "log.redb";
 /// transport must accept messages of at least this size plus framing.
 pub const READ_BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-/// Version of the database layout described in the module documentation:
-/// what a new database is created with, and the lowest version there is.
+/// The lowest `format` there is: the layout of the first release (entries
+/// in the database's `log` table), and the owner's level of a new log.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
-/// Entries one step of the background purge deletes (one transaction;
-/// see the module doc): small enough that an append waiting for the
-/// database's write lock waits milliseconds, not a second.
-pub const PURGE_STEP: u64 = 1_024;
+/// The `format` from which the entries live in segment files (see the
+/// module doc): above every level an older release supports, so that it
+/// refuses the database.
+pub const FORMAT_SEGMENTS: u32 = 3;
 
-/// Most writes the writer commits in one transaction: a bound on one
-/// transaction's size, far above what openraft queues between two commits.
+/// Most writes the writer makes durable together: a bound on one group,
+/// far above what openraft queues between two commits.
 const WRITES_PER_COMMIT_MAX: usize = 1_024;
 
-/// Memory redb may use to cache pages of the log file. redb's default is 1 GiB;
-/// the log is small (it is purged behind every snapshot) and several replicas
-/// may share a host.
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Memory redb may use to cache pages of the database. It holds a few
+/// small records.
+const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
-const LOG_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// The table older releases kept the entries in (see the module doc).
+const LEGACY_LOG_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META_TABLE: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 
 const META_VOTE: &str = "vote";
 const META_COMMITTED: &str = "committed";
 const META_LAST_PURGED: &str = "last_purged";
 const META_FORMAT: &str = "format";
+const META_LEVEL: &str = "level";
 
-/// The open database, shared by the store and all its readers.
+/// The open log, shared by the store and all its readers.
 struct Shared {
     db: Database,
     path: PathBuf,
+    /// The entries on disk; changed only by the writer.
+    segments: RwLock<Segments>,
     /// Where write timings go (`--metrics-listen`); set once, unset in
     /// tests and tools.
     timings: std::sync::OnceLock<Arc<dyn LogTimings>>,
-    /// The purge point openraft was given, ahead of the one on disk.
-    purge: std::sync::Mutex<PurgeAhead>,
-    /// Entries appended and not yet committed by the writer.
+    /// The purge point openraft was given, and the one on disk.
+    purge: std::sync::Mutex<PurgePoint>,
+    /// Entries appended and not yet made durable by the writer.
     pending: std::sync::Mutex<PendingEntries>,
 }
 
-/// Entries `append` handed to the writer, readable until it committed
-/// them (see "Durability, and a writer thread" in the module doc).
+/// Entries `append` handed to the writer, readable until it made them
+/// durable (see "Durability, and a writer thread" in the module doc).
 #[derive(Debug, Default)]
 struct PendingEntries {
     /// Index -> the append that queued it (a sequence number) and its
@@ -179,26 +201,51 @@ struct PendingEntries {
     next_append: u64,
 }
 
-/// What a write does inside the transaction it shares.
-type WriteWork = Box<dyn FnOnce(&Shared, &WriteTransaction) -> Result<(), LogStoreError> + Send>;
-
-/// One write for the writer thread: `work` runs inside the transaction it
-/// shares with the writes queued with it, `done` learns the outcome once
-/// that transaction committed (or failed).
-struct WriteJob {
-    operation: &'static str,
-    work: WriteWork,
-    done: Box<dyn FnOnce(Result<(), LogStoreError>) + Send>,
-    /// For an append: its sequence number, whose pending entries are
-    /// dropped once they are committed (or failed).
-    append: Option<u64>,
+/// The entries one append left in the pending map: its sequence number
+/// and the indexes of its first and last entry.
+#[derive(Debug, Clone, Copy)]
+struct PendingAppend {
+    sequence: u64,
+    first: u64,
+    last: u64,
 }
 
-/// Where a [`LogStore`] commits its writes.
+/// What a write of the `meta` table does inside the transaction it shares.
+type MetaWork = Box<dyn FnOnce(&WriteTransaction) -> Result<(), LogStoreError> + Send>;
+
+/// What one queued write does.
+enum Work {
+    /// Appends entries (index, stored record) to the segments.
+    Append(Vec<(u64, Arc<[u8]>)>),
+    /// Removes the entries after the given index (all: `None`).
+    Truncate(Option<u64>),
+    /// Writes the `last_purged` record up to the purge point, then
+    /// removes the segments it covers.
+    Purge,
+    /// Writes records of the `meta` table.
+    Meta(MetaWork),
+}
+
+/// One write for the writer thread: `work` is made durable with the
+/// writes queued with it, `done` learns the outcome once they are (or
+/// failed).
+struct WriteJob {
+    operation: &'static str,
+    work: Work,
+    done: Box<dyn FnOnce(Result<(), LogStoreError>) + Send>,
+    /// For an append: its pending entries, dropped once they are durable
+    /// (or failed).
+    append: Option<PendingAppend>,
+    /// Ends its group (see the module doc): a vote, a purge.
+    ends_group: bool,
+}
+
+/// Where a [`LogStore`] makes its writes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {
     /// On a writer thread of the store's own; `append` returns before the
-    /// commit (see "Durability, and a writer thread" in the module doc).
+    /// write is durable (see "Durability, and a writer thread" in the
+    /// module doc).
     Thread,
     /// On the calling thread, before the call returns (`append` too). For
     /// the deterministic simulation, where a commit finishing on another
@@ -215,7 +262,7 @@ struct Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         // The writer ends after the jobs already queued; waiting for it
-        // closes its handle on the database (see "Threads").
+        // closes its handle on the files (see "Threads").
         drop(self.jobs.take());
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
@@ -225,20 +272,19 @@ impl Drop for Writer {
     }
 }
 
-/// The purge point openraft was given, and whether the file has caught
-/// up with it (see "Purge" in the module doc).
+/// The purge point openraft was given, and the one on disk (see "Purge"
+/// in the module doc).
 #[derive(Debug, Default)]
-struct PurgeAhead {
+struct PurgePoint {
     /// The last purged log id as openraft knows it: its index, and its
     /// JSON (`Shared` is not generic over the log id's type).
     target: Option<(u64, Vec<u8>)>,
-    /// True while the file holds entries up to `target` (or its
-    /// `last_purged` record is behind it): the next append takes a step.
-    behind: bool,
+    /// The index of the `last_purged` record on disk.
+    durable: Option<u64>,
 }
 
 impl Shared {
-    fn purge_ahead(&self) -> std::sync::MutexGuard<'_, PurgeAhead> {
+    fn purge_point(&self) -> std::sync::MutexGuard<'_, PurgePoint> {
         // Only plain fields are changed under the lock: a panic elsewhere
         // cannot leave them half-written.
         self.purge
@@ -246,10 +292,9 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The index up to which openraft considers the log purged, when it is
-    /// ahead of (or equal to) the purge point on disk.
-    fn purged_index_ahead(&self) -> Option<u64> {
-        self.purge_ahead().target.as_ref().map(|(index, _)| *index)
+    /// The index up to which openraft considers the log purged.
+    fn purged_index(&self) -> Option<u64> {
+        self.purge_point().target.as_ref().map(|(index, _)| *index)
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, PendingEntries> {
@@ -257,6 +302,20 @@ impl Shared {
         // elsewhere cannot leave it half-written.
         self.pending
             .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn segments_read(&self) -> std::sync::RwLockReadGuard<'_, Segments> {
+        // The writer changes the segments' index only after its disk
+        // operation succeeded: a panic cannot leave it half-changed.
+        self.segments
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn segments_write(&self) -> std::sync::RwLockWriteGuard<'_, Segments> {
+        self.segments
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -279,25 +338,34 @@ impl Shared {
             .last_key_value()
             .map(|(index, (_, stored))| (*index, Arc::clone(stored)))
     }
+
+    /// The stored record of entry `index` in the segments, if they hold it.
+    fn segment_record(&self, index: u64) -> Result<Option<Vec<u8>>, LogStoreError> {
+        let located = self.segments_read().locate(index, Some(index + 1), None);
+        Ok(segment_log::read_records(&located)?
+            .pop()
+            .map(|(_, stored)| stored))
+    }
 }
 
 /// Receives the timings of the log's writes, for metrics. Called on the
-/// writer thread, right after each commit: keep it to an atomic update.
+/// writer thread, right after each group is durable: keep it to an atomic
+/// update.
 pub trait LogTimings: Send + Sync {
     /// A batch of entries was appended durably: from the `append` call to
-    /// the commit that made it durable (encode, wait in the writer's
+    /// the `fdatasync` that made it durable (encode, wait in the writer's
     /// queue, write, fsync).
     fn appended(&self, elapsed: std::time::Duration);
-    /// A write transaction was committed durably (the fsync), whatever it
-    /// wrote (entries, vote, truncation, purge).
+    /// A group of writes was made durable (its `fdatasync` and commit),
+    /// whatever it wrote (entries, vote, truncation, purge).
     fn committed(&self, elapsed: std::time::Duration);
 }
 
 /// The durable Raft log of one replica. Implements [`RaftLogStorage`].
 ///
-/// There is one `LogStore` per database (redb locks the file, so a second
-/// process opening it gets [`LogStoreError::AlreadyOpen`]); it is the only
-/// writer. Readers are cheap clones, see [`LogStore::reader`].
+/// There is one `LogStore` per directory (redb locks the database file, so
+/// a second process opening it gets [`LogStoreError::AlreadyOpen`]); it is
+/// the only writer. Readers are cheap clones, see [`LogStore::reader`].
 pub struct LogStore<C: RaftTypeConfig> {
     reader: LogReader<C>,
     writer: Writer,
@@ -305,10 +373,10 @@ pub struct LogStore<C: RaftTypeConfig> {
 
 /// A read handle on the log. Implements [`RaftLogReader`].
 ///
-/// Cloning shares the open database. Each read is one redb read transaction,
-/// so it sees a consistent snapshot of the log and never blocks the writer.
-/// A reader keeps the database open (and its file locked) while it lives,
-/// even after the [`LogStore`] is dropped.
+/// Cloning shares the open log. A read never blocks the writer (see
+/// [`segment_log`](crate::segment_log), "Concurrency"). A reader keeps the
+/// files open (and the database locked) while it lives, even after the
+/// [`LogStore`] is dropped.
 pub struct LogReader<C: RaftTypeConfig> {
     shared: Arc<Shared>,
     _config: PhantomData<fn() -> C>,
@@ -340,17 +408,18 @@ impl<C: RaftTypeConfig> fmt::Debug for LogStore<C> {
 }
 
 impl<C: RaftTypeConfig> LogStore<C> {
-    /// Opens the log in `dir` (creating the directory and the database if
-    /// they do not exist), repairs it if the last shutdown was unclean, and
-    /// checks its shape: format version, first and last entries, contiguity,
-    /// and the metadata records.
+    /// Opens the log in `dir` (creating the directory, the database and the
+    /// segment directory if they do not exist), repairs it if the last
+    /// shutdown was unclean, moves the entries of an older release's
+    /// database into segments, and checks its shape: format, every
+    /// entry's checksum and contiguity, and the metadata records.
     ///
     /// Blocking: call it before starting the runtime or from a blocking task.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, LogStoreError> {
         Self::open_with(dir, WriteMode::Thread)
     }
 
-    /// Like [`LogStore::open`], committing writes as `mode` says.
+    /// Like [`LogStore::open`], making writes durable as `mode` says.
     pub fn open_with(dir: impl AsRef<Path>, mode: WriteMode) -> Result<Self, LogStoreError> {
         let dir = dir.as_ref();
         fs::create_dir_all(dir).map_err(|source| LogStoreError::Directory {
@@ -385,16 +454,36 @@ impl<C: RaftTypeConfig> LogStore<C> {
             },
         })?;
         // The file may have just been created: make its directory entry durable.
-        sync_directory(dir)?;
+        segment_log::sync_directory(dir)?;
 
+        let segments_dir = dir.join(segment_log::SEGMENTS_DIR);
+        if !existed && fs::read_dir(&segments_dir).is_ok_and(|mut items| items.next().is_some()) {
+            // Entries without their vote: a replica that ran on them could
+            // vote twice in a term.
+            return Err(LogStoreError::SegmentFile {
+                path: segments_dir,
+                problem: format!(
+                    "holds entries but the log database {} beside it was missing (a new one \
+                     was just created)",
+                    path.display()
+                ),
+            });
+        }
+        let last_purged = move_legacy_entries::<C>(&db, &path, &segments_dir)?;
+        let segments =
+            Segments::open(&segments_dir, last_purged.as_ref().map(|(index, _)| *index))?;
+        let purge = PurgePoint {
+            durable: last_purged.as_ref().map(|(index, _)| *index),
+            target: last_purged,
+        };
         let shared = Arc::new(Shared {
             db,
             path,
+            segments: RwLock::new(segments),
             timings: std::sync::OnceLock::new(),
-            purge: std::sync::Mutex::new(PurgeAhead::default()),
+            purge: std::sync::Mutex::new(purge),
             pending: std::sync::Mutex::new(PendingEntries::default()),
         });
-        initialize(&shared)?;
         let writer = match mode {
             WriteMode::Inline => Writer {
                 jobs: None,
@@ -443,28 +532,28 @@ impl<C: RaftTypeConfig> LogStore<C> {
         &self.reader.shared.path
     }
 
-    /// A read handle sharing this store's database.
+    /// A read handle sharing this store's files.
     pub fn reader(&self) -> LogReader<C> {
         self.reader.clone()
     }
 
-    /// The database's `format` record (see the module doc), as a handle
-    /// the owner keeps to raise it later.
+    /// The owner's version record (see [`FormatRecord`]), as a handle the
+    /// owner keeps to raise it later.
     pub fn format_record(&self) -> FormatRecord {
         FormatRecord {
             shared: self.reader.shared.clone(),
         }
     }
 
-    /// Reads and verifies every record in the log (checksums, decoding,
-    /// contiguity, nothing at or below the last purged index) and returns the
-    /// number of entries. Blocking; meant for startup checks and tooling.
+    /// Reads and verifies every entry in the log (checksums, decoding,
+    /// contiguity) above the last purged index and returns their number.
+    /// Blocking; meant for startup checks and tooling.
     pub fn verify(&self) -> Result<u64, LogStoreError> {
         self.reader.verify()
     }
 
-    /// Queues `work` for the writer; `done` learns the outcome after the
-    /// commit. A writer that is gone fails the job at once.
+    /// Queues `job` for the writer; its `done` learns the outcome once it
+    /// is durable. A writer that is gone fails the job at once.
     fn queue(&self, job: WriteJob) {
         let Some(jobs) = &self.writer.jobs else {
             // WriteMode::Inline (the queue closes otherwise only when the
@@ -473,8 +562,8 @@ impl<C: RaftTypeConfig> LogStore<C> {
             return;
         };
         if let Err(mpsc::SendError(job)) = jobs.send(job) {
-            if let Some(sequence) = job.append {
-                drop_pending(&self.reader.shared, sequence);
+            if let Some(append) = job.append {
+                drop_pending(&self.reader.shared, append);
             }
             (job.done)(Err(LogStoreError::WriterStopped {
                 problem: "is gone (it panicked)".into(),
@@ -482,25 +571,27 @@ impl<C: RaftTypeConfig> LogStore<C> {
         }
     }
 
-    /// Queues `work` and waits until it is committed.
+    /// Queues `work` and waits until it is durable.
     async fn write_and_wait(
         &self,
         operation: &'static str,
-        work: impl FnOnce(&Shared, &WriteTransaction) -> Result<(), LogStoreError> + Send + 'static,
+        work: Work,
+        ends_group: bool,
     ) -> Result<(), io::Error> {
         let (sender, receiver) = C::oneshot();
         self.queue(WriteJob {
             operation,
-            work: Box::new(work),
+            work,
             done: Box::new(move |result| {
                 let _ = sender.send(result);
             }),
             append: None,
+            ends_group,
         });
         let result = match receiver.await {
             Ok(result) => result,
             Err(_) => Err(LogStoreError::WriterStopped {
-                problem: "stopped before the write was committed".into(),
+                problem: "stopped before the write was durable".into(),
             }),
         };
         result.map_err(storage_failed)
@@ -517,25 +608,18 @@ impl<C: RaftTypeConfig> LogReader<C> {
         end: Option<u64>,
         bytes_max: Option<usize>,
     ) -> Result<Vec<C::Entry>, LogStoreError> {
-        // Entries purged but not yet deleted are not there for readers.
-        let start = match self.shared.purged_index_ahead() {
+        // Entries purged but not yet removed are not there for readers.
+        let start = match self.shared.purged_index() {
             Some(purged) => start.max(purged + 1),
             None => start,
         };
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        // Before the read transaction: see the module doc.
+        // Before the segments: see the module doc.
         let pending = self.shared.pending_range(start, end);
-        let txn = self.begin_read()?;
-        let log = txn
-            .open_table(LOG_TABLE)
-            .map_err(LogStoreError::database("open the log table"))?;
-        let range = match end {
-            Some(end) => log.range(start..end),
-            None => log.range(start..),
-        }
-        .map_err(LogStoreError::database("read log entries"))?;
+        let located = self.shared.segments_read().locate(start, end, bytes_max);
+        let stored = segment_log::read_records(&located)?;
 
         let mut entries = Vec::new();
         let mut bytes = 0usize;
@@ -551,19 +635,16 @@ impl<C: RaftTypeConfig> LogReader<C> {
             bytes += stored.len();
             true
         };
-        for item in range {
-            let (key, value) = item.map_err(LogStoreError::database("read log entries"))?;
-            let index = key.value();
+        for (index, stored) in stored {
             check_follows(previous, index)?;
-            let stored = value.value();
-            if !fits(stored, &entries) {
+            if !fits(&stored, &entries) {
                 return Ok(entries);
             }
-            entries.push(decode_entry::<C>(index, stored)?);
+            entries.push(decode_entry::<C>(index, &stored)?);
             previous = Some(index);
         }
-        // The pending entries follow what the file holds (those the writer
-        // committed meanwhile are in both).
+        // The pending entries follow what the segments hold (those the
+        // writer made durable meanwhile are in both).
         for (index, stored) in pending {
             if previous.is_some_and(|previous| index <= previous) {
                 continue;
@@ -591,31 +672,28 @@ impl<C: RaftTypeConfig> LogReader<C> {
     }
 
     fn log_state(&self) -> Result<LogState<C>, LogStoreError> {
-        // Before the read transaction: see the module doc.
+        // Before the segments: see the module doc.
         let pending_last = self.shared.pending_last();
-        let txn = self.begin_read()?;
-        let log = txn
-            .open_table(LOG_TABLE)
-            .map_err(LogStoreError::database("open the log table"))?;
-        let meta = open_meta_read(&txn)?;
-        let on_disk: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
-        let ahead = self.purge_target()?;
-        let last_purged_log_id = match (on_disk, ahead) {
-            (Some(on_disk), Some(ahead)) if on_disk.index() > ahead.index() => Some(on_disk),
-            (on_disk, ahead) => ahead.or(on_disk),
-        };
+        let last_purged_log_id = self.purge_target()?;
         let purged_index = last_purged_log_id.as_ref().map(|id| id.index());
-        let last = log
-            .last()
-            .map_err(LogStoreError::database("read the last log entry"))?;
-        let last_log_id = match (last, pending_last) {
-            (_, Some((index, stored))) if purged_index.is_none_or(|purged| index > purged) => {
+        let above_purged = |index: u64| purged_index.is_none_or(|purged| index > purged);
+        let last_log_id = match pending_last {
+            Some((index, stored)) if above_purged(index) => {
                 Some(decode_entry::<C>(index, &stored)?.log_id())
             }
-            (Some((key, value)), _) if purged_index.is_none_or(|purged| key.value() > purged) => {
-                Some(decode_entry::<C>(key.value(), value.value())?.log_id())
-            }
-            _ => last_purged_log_id.clone(),
+            _ => match self.shared.segments_read().bounds() {
+                Some((_, last)) if above_purged(last) => {
+                    let stored =
+                        self.shared
+                            .segment_record(last)?
+                            .ok_or(LogStoreError::Corrupt {
+                                record: RecordKey::Entry { index: last },
+                                problem: Corruption::Hole { previous: last },
+                            })?;
+                    Some(decode_entry::<C>(last, &stored)?.log_id())
+                }
+                _ => last_purged_log_id.clone(),
+            },
         };
         Ok(LogState {
             last_purged_log_id,
@@ -625,8 +703,8 @@ impl<C: RaftTypeConfig> LogReader<C> {
 
     /// The purge point openraft was given (see "Purge" in the module doc).
     fn purge_target(&self) -> Result<Option<LogIdOf<C>>, LogStoreError> {
-        let ahead = self.shared.purge_ahead();
-        let Some((_, json)) = &ahead.target else {
+        let point = self.shared.purge_point();
+        let Some((_, json)) = &point.target else {
             return Ok(None);
         };
         serde_json::from_slice(json)
@@ -639,74 +717,64 @@ impl<C: RaftTypeConfig> LogReader<C> {
             })
     }
 
-    /// The cheap checks made at open: the metadata records and the first and
-    /// last entries verify, the entries between them are all there (by
-    /// count), and none is at or below the last purged index. On a count
-    /// mismatch, falls back to a full scan to name the missing index.
+    /// The checks made at open, beyond those of the segments (every
+    /// checksum, contiguity): the metadata records decode, and so do the
+    /// first and last entries above the purge point.
     fn check_shape(&self) -> Result<LogState<C>, LogStoreError> {
         let txn = self.begin_read()?;
-        let log = txn
-            .open_table(LOG_TABLE)
-            .map_err(LogStoreError::database("open the log table"))?;
         let meta = open_meta_read(&txn)?;
         let _vote: Option<VoteOf<C>> = read_meta(&meta, META_VOTE)?;
         let _committed: Option<LogIdOf<C>> = read_meta(&meta, META_COMMITTED)?;
         let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
-
-        let first = log
-            .first()
-            .map_err(LogStoreError::database("read the first log entry"))?
-            .map(|(key, value)| decode_entry::<C>(key.value(), value.value()))
-            .transpose()?;
-        let last = log
-            .last()
-            .map_err(LogStoreError::database("read the last log entry"))?
-            .map(|(key, value)| decode_entry::<C>(key.value(), value.value()))
-            .transpose()?;
-        let count = log
-            .len()
-            .map_err(LogStoreError::database("count log entries"))?;
-
-        if let (Some(first), Some(last)) = (&first, &last) {
-            check_above_purged::<C>(last_purged.as_ref(), first.index())?;
-            if last.index() - first.index() + 1 != count {
-                // Something between them is missing: scan to name it.
-                self.verify()?;
+        let purged_index = last_purged.as_ref().map(|id| id.index());
+        let bounds = self.shared.segments_read().bounds();
+        let mut last_log_id = last_purged.clone();
+        if let Some((first, last)) = bounds
+            && purged_index.is_none_or(|purged| last > purged)
+        {
+            let first = purged_index.map_or(first, |purged| first.max(purged + 1));
+            if let Some(purged) = purged_index
+                && first > purged + 1
+            {
+                return Err(LogStoreError::Corrupt {
+                    record: RecordKey::Entry { index: first },
+                    problem: Corruption::Hole { previous: purged },
+                });
+            }
+            for index in [first, last] {
+                let stored = self
+                    .shared
+                    .segment_record(index)?
+                    .ok_or(LogStoreError::Corrupt {
+                        record: RecordKey::Entry { index },
+                        problem: Corruption::Hole { previous: index },
+                    })?;
+                let entry = decode_entry::<C>(index, &stored)?;
+                last_log_id = Some(entry.log_id());
             }
         }
         Ok(LogState {
-            last_log_id: last.map(|entry| entry.log_id()).or(last_purged.clone()),
+            last_log_id,
             last_purged_log_id: last_purged,
         })
     }
 
     fn verify(&self) -> Result<u64, LogStoreError> {
         let txn = self.begin_read()?;
-        let log = txn
-            .open_table(LOG_TABLE)
-            .map_err(LogStoreError::database("open the log table"))?;
         let meta = open_meta_read(&txn)?;
         let _vote: Option<VoteOf<C>> = read_meta(&meta, META_VOTE)?;
         let _committed: Option<LogIdOf<C>> = read_meta(&meta, META_COMMITTED)?;
-        let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
-
-        let mut previous: Option<u64> = None;
-        let mut count = 0u64;
-        for item in log
-            .iter()
-            .map_err(LogStoreError::database("read log entries"))?
-        {
-            let (key, value) = item.map_err(LogStoreError::database("read log entries"))?;
-            let index = key.value();
-            if previous.is_none() {
-                check_above_purged::<C>(last_purged.as_ref(), index)?;
-            }
+        drop(txn);
+        // What is on disk: the segments, not the pending entries.
+        let start = self.shared.purged_index().map_or(0, |purged| purged + 1);
+        let located = self.shared.segments_read().locate(start, None, None);
+        let mut previous = None;
+        for (index, stored) in segment_log::read_records(&located)? {
             check_follows(previous, index)?;
-            decode_entry::<C>(index, value.value())?;
+            decode_entry::<C>(index, &stored)?;
             previous = Some(index);
-            count += 1;
         }
-        Ok(count)
+        Ok(located.len() as u64)
     }
 
     fn begin_read(&self) -> Result<redb::ReadTransaction, LogStoreError> {
@@ -762,22 +830,24 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
 
     async fn save_vote(&mut self, vote: &VoteOf<C>) -> Result<(), io::Error> {
         let vote = vote.clone();
-        self.write_and_wait("save the vote", move |_, txn| {
+        let work = Work::Meta(Box::new(move |txn| {
             let mut meta = open_meta_write(txn)?;
             write_meta(&mut meta, META_VOTE, &vote)
-        })
-        .await
+        }));
+        // Ends its group: see "Durability" in the module doc.
+        self.write_and_wait("save the vote", work, true).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogIdOf<C>>) -> Result<(), io::Error> {
-        self.write_and_wait("save the committed log id", move |_, txn| {
+        let work = Work::Meta(Box::new(move |txn| {
             let mut meta = open_meta_write(txn)?;
             match &committed {
                 Some(committed) => write_meta(&mut meta, META_COMMITTED, committed),
                 None => remove_meta(&mut meta, META_COMMITTED),
             }
-        })
-        .await
+        }));
+        self.write_and_wait("save the committed log id", work, false)
+            .await
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
@@ -812,9 +882,14 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
             sequence
         };
         let timings = self.reader.shared.timings.get().cloned();
+        let pending = PendingAppend {
+            sequence,
+            first: records[0].0,
+            last: records[records.len() - 1].0,
+        };
         self.queue(WriteJob {
             operation: "append log entries",
-            work: Box::new(move |shared, txn| append_records::<C>(shared, txn, &records)),
+            work: Work::Append(records),
             done: Box::new(move |result| {
                 if result.is_ok()
                     && let Some(timings) = timings
@@ -823,22 +898,21 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
                 }
                 callback.io_completed(result.map_err(storage_failed));
             }),
-            append: Some(sequence),
+            append: Some(pending),
+            ends_group: false,
         });
         Ok(())
     }
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         tracing::debug!(?last_log_id, "truncating the log after");
-        self.write_and_wait("truncate the log", move |_, txn| {
-            truncate_after::<C>(txn, last_log_id.as_ref())
-        })
-        .await
+        let work = Work::Truncate(last_log_id.map(|id| id.index()));
+        self.write_and_wait("truncate the log", work, false).await
     }
 
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         tracing::debug!(?log_id, "purging the log up to");
-        // At once for readers, in steps on disk: see the module doc.
+        // At once for readers, on disk by the writer: see the module doc.
         let json = serde_json::to_vec(&log_id).map_err(|source| {
             io::Error::from(LogStoreError::Encode {
                 record: RecordKey::Meta {
@@ -848,8 +922,8 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
             })
         })?;
         {
-            let mut ahead = self.reader.shared.purge_ahead();
-            if ahead
+            let mut point = self.reader.shared.purge_point();
+            if point
                 .target
                 .as_ref()
                 .is_some_and(|(index, _)| *index >= log_id.index())
@@ -857,17 +931,16 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
                 // The last purged log id never moves back.
                 return Ok(());
             }
-            ahead.target = Some((log_id.index(), json));
-            ahead.behind = true;
+            point.target = Some((log_id.index(), json));
         }
-        // The transaction this joins takes the first step
-        // (`commit_together`); waiting for it makes the step durable.
-        self.write_and_wait("purge the log", |_, _| Ok(())).await
+        self.write_and_wait("purge the log", Work::Purge, true)
+            .await
     }
 }
 
-/// The `format` record of one log database (see the module doc). Cheap to
-/// clone; shares the store's open database.
+/// The owner's version of what the log holds: the `level` record (see the
+/// module doc), which Palisade raises to the cluster feature level before
+/// it applies a raise. Cheap to clone; shares the store's open database.
 #[derive(Clone)]
 pub struct FormatRecord {
     shared: Arc<Shared>,
@@ -890,39 +963,123 @@ impl FormatRecord {
             .begin_read()
             .map_err(LogStoreError::database("read the format version"))?;
         let meta = open_meta_read(&txn)?;
-        Ok(read_meta::<u32>(&meta, META_FORMAT)?.unwrap_or(FORMAT_VERSION))
+        Ok(read_meta::<u32>(&meta, META_LEVEL)?.unwrap_or(FORMAT_VERSION))
     }
 
     /// Raises the recorded version to `version` durably (one transaction,
-    /// fsynced); a lower or equal `version` changes nothing. Blocking.
+    /// fsynced), and the `format` record with it when `version` is above
+    /// it, so that releases that compare their level with `format` keep
+    /// refusing the database; a lower or equal `version` changes nothing.
+    /// Blocking.
     pub fn raise(&self, version: u32) -> Result<(), LogStoreError> {
         write(&self.shared, "raise the format version", |txn| {
             let mut meta = open_meta_write(txn)?;
-            let current = read_meta::<u32>(&meta, META_FORMAT)?.unwrap_or(FORMAT_VERSION);
+            let current = read_meta::<u32>(&meta, META_LEVEL)?.unwrap_or(FORMAT_VERSION);
             if version > current {
-                write_meta(&mut meta, META_FORMAT, &version)?;
+                write_meta(&mut meta, META_LEVEL, &version)?;
+                let format = read_meta::<u32>(&meta, META_FORMAT)?.unwrap_or(FORMAT_VERSION);
+                if version > format {
+                    write_meta(&mut meta, META_FORMAT, &version)?;
+                }
             }
             Ok(())
         })
     }
 }
 
-/// Creates the tables if needed and checks (or records) the format version.
-fn initialize(shared: &Shared) -> Result<(), LogStoreError> {
-    write(shared, "initialize", |txn| {
-        txn.open_table(LOG_TABLE)
-            .map_err(LogStoreError::database("create the log table"))?;
-        let mut meta = open_meta_write(txn)?;
-        match read_meta::<u32>(&meta, META_FORMAT)? {
-            None => write_meta(&mut meta, META_FORMAT, &FORMAT_VERSION),
-            // Higher versions have this layout too (see the module doc):
-            // the owner decides whether its build reads their entries.
-            Some(found) if found >= FORMAT_VERSION => Ok(()),
-            Some(found) => Err(LogStoreError::UnsupportedFormat {
-                path: shared.path.clone(),
-                found,
-            }),
+/// Checks the database's format and makes it this release's (see the
+/// module doc): the entries of an older release's `log` table move to a
+/// segment file under `segments_dir`, `format` becomes [`FORMAT_SEGMENTS`]
+/// and the owner's version moves to the `level` record. Returns the last
+/// purged log id on disk (its index and JSON).
+fn move_legacy_entries<C: RaftTypeConfig>(
+    db: &Database,
+    path: &Path,
+    segments_dir: &Path,
+) -> Result<Option<(u64, Vec<u8>)>, LogStoreError> {
+    commit_durably(db, None, "initialize", |txn| {
+        let legacy = txn
+            .list_tables()
+            .map_err(LogStoreError::database("list the tables"))?
+            .any(|table| table.name() == LEGACY_LOG_TABLE.name());
+        if legacy {
+            let mut entries: Vec<(u64, Arc<[u8]>)> = Vec::new();
+            {
+                let table = txn
+                    .open_table(LEGACY_LOG_TABLE)
+                    .map_err(LogStoreError::database("open the log table"))?;
+                for item in table
+                    .iter()
+                    .map_err(LogStoreError::database("read log entries"))?
+                {
+                    let (key, value) = item.map_err(LogStoreError::database("read log entries"))?;
+                    let index = key.value();
+                    check_follows(entries.last().map(|(index, _)| *index), index)?;
+                    record::decode(&index.to_be_bytes(), value.value()).map_err(|problem| {
+                        LogStoreError::Corrupt {
+                            record: RecordKey::Entry { index },
+                            problem,
+                        }
+                    })?;
+                    entries.push((index, value.value().into()));
+                }
+            }
+            if !entries.is_empty() {
+                // Segments left by a move a crash interrupted are redone:
+                // the table is still whole.
+                if segments_dir.exists() {
+                    fs::remove_dir_all(segments_dir).map_err(|source| {
+                        LogStoreError::Directory {
+                            path: segments_dir.to_path_buf(),
+                            source,
+                        }
+                    })?;
+                }
+                let mut segments = Segments::open(segments_dir, None)?;
+                segments.append(&entries)?;
+                for dirty in segments.take_dirty() {
+                    dirty.sync()?;
+                }
+                tracing::info!(
+                    path = %path.display(),
+                    entries = entries.len(),
+                    "moved the log's entries from the database to segment files"
+                );
+            }
+            txn.delete_table(LEGACY_LOG_TABLE)
+                .map_err(LogStoreError::database("drop the old log table"))?;
         }
+        let mut meta = open_meta_write(txn)?;
+        let format = read_meta::<u32>(&meta, META_FORMAT)?;
+        if let Some(found) = format
+            && found < FORMAT_VERSION
+        {
+            return Err(LogStoreError::UnsupportedFormat {
+                path: path.to_path_buf(),
+                found,
+            });
+        }
+        if read_meta::<u32>(&meta, META_LEVEL)?.is_none() {
+            // Below FORMAT_SEGMENTS the format was the owner's version; a
+            // database without either is new.
+            let level = format.unwrap_or(FORMAT_VERSION);
+            write_meta(&mut meta, META_LEVEL, &level)?;
+        }
+        if format.is_none_or(|format| format < FORMAT_SEGMENTS) {
+            write_meta(&mut meta, META_FORMAT, &FORMAT_SEGMENTS)?;
+        }
+        let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
+        last_purged
+            .map(|log_id| {
+                let json = serde_json::to_vec(&log_id).map_err(|source| LogStoreError::Encode {
+                    record: RecordKey::Meta {
+                        name: META_LAST_PURGED,
+                    },
+                    source,
+                })?;
+                Ok((log_id.index(), json))
+            })
+            .transpose()
     })
 }
 
@@ -936,114 +1093,191 @@ fn encode_entry<C: RaftTypeConfig>(entry: &C::Entry) -> Result<(u64, Arc<[u8]>),
     Ok((index, record::encode(&index.to_be_bytes(), &payload).into()))
 }
 
-/// Writes `records` in `txn`, after checking that they continue the log.
-fn append_records<C: RaftTypeConfig>(
+/// Writes `records` to the segments, after checking that they continue
+/// the log. Records that continue a purge point past the end of the
+/// segments make the purge point durable first (see "Purge" in the module
+/// doc), with what `txn` holds and the entries written before.
+fn append_records(
     shared: &Shared,
-    txn: &WriteTransaction,
+    txn: &mut Option<WriteTransaction>,
     records: &[(u64, Arc<[u8]>)],
 ) -> Result<(), LogStoreError> {
-    let mut log = txn
-        .open_table(LOG_TABLE)
-        .map_err(LogStoreError::database("open the log table"))?;
-    let last_index = log
-        .last()
-        .map_err(LogStoreError::database("read the last log entry"))?
-        .map(|(key, _)| key.value());
-    // A step of a pending purge rides on this transaction (see the
-    // module doc); if it leaves the log empty, the entries continue
-    // the purge point.
-    let last_index = match shared.purged_index_ahead() {
-        Some(purged) if last_index.is_some_and(|last| last <= purged) => {
-            // Every entry left is purged (a snapshot was installed past
-            // the end of the log): all of them go now, or the new
-            // entries would follow a hole on disk.
-            purge_step::<C>(shared, txn, &mut log, u64::MAX)?;
-            None
-        }
-        // Otherwise the transaction took its step already
-        // (`commit_together`).
-        _ => last_index,
+    let Some((first_index, _)) = records.first() else {
+        return Ok(());
     };
-    let mut expected = match (last_index, shared.purged_index_ahead()) {
-        (Some(last_index), _) => Some(last_index + 1),
+    let (purged, durable, purged_json) = {
+        let point = shared.purge_point();
+        (
+            point.target.as_ref().map(|(index, _)| *index),
+            point.durable,
+            point.target.as_ref().map(|(_, json)| json.clone()),
+        )
+    };
+    let last = shared.segments_read().bounds().map(|(_, last)| last);
+    let expected = match (last, purged) {
+        (Some(last), purged) if purged.is_none_or(|purged| last > purged) => Some(last + 1),
         // An empty log continues its last purged log id. A log that was
         // never written may start anywhere (at a snapshot's end, say).
-        (None, Some(purged)) => Some(purged + 1),
-        (None, None) => {
-            let meta = open_meta_write(txn)?;
-            read_meta::<LogIdOf<C>>(&meta, META_LAST_PURGED)?.map(|id| id.index() + 1)
-        }
+        (_, Some(purged)) => Some(purged + 1),
+        (_, None) => None,
     };
-    for (index, stored) in records {
-        let index = *index;
-        if let Some(expected) = expected
-            && index != expected
+    let mut next = expected;
+    for (index, _) in records {
+        if let Some(expected) = next
+            && *index != expected
         {
             return Err(LogStoreError::NotContiguous {
                 expected,
-                got: index,
+                got: *index,
             });
         }
-        log.insert(index, &**stored)
-            .map_err(LogStoreError::database("insert a log entry"))?;
-        expected = Some(index + 1);
+        next = Some(index + 1);
+    }
+    if let (Some(purged), Some(json)) = (purged, purged_json)
+        && *first_index == purged + 1
+        && last.is_none_or(|last| last < purged)
+        && durable.is_none_or(|durable| durable < purged)
+    {
+        // A purge point past the end of the segments: durable before the
+        // segment that continues it.
+        let mut meta = open_meta_write(begin_write(shared, txn)?)?;
+        write_meta_json(&mut meta, META_LAST_PURGED, &json)?;
+        drop(meta);
+        make_durable(shared, txn)?;
+        shared.purge_point().durable = Some(purged);
+        shared.segments_write().remove_purged(purged)?;
+    }
+    shared.segments_write().append(records)
+}
+
+/// Drops the pending entries of `append` (durable, or failed); an entry
+/// queued again since by a later append stays.
+fn drop_pending(shared: &Shared, append: PendingAppend) {
+    let mut pending = shared.pending();
+    for index in append.first..=append.last {
+        if let std::collections::btree_map::Entry::Occupied(entry) = pending.entries.entry(index)
+            && entry.get().0 == append.sequence
+        {
+            entry.remove();
+        }
+    }
+}
+
+/// The write transaction of the group, begun if it was not.
+fn begin_write<'txn>(
+    shared: &Shared,
+    txn: &'txn mut Option<WriteTransaction>,
+) -> Result<&'txn WriteTransaction, LogStoreError> {
+    if txn.is_none() {
+        let mut begun = shared
+            .db
+            .begin_write()
+            .map_err(LogStoreError::database("begin a write transaction"))?;
+        begun
+            .set_durability(Durability::Immediate)
+            .map_err(LogStoreError::database("begin a write transaction"))?;
+        *txn = Some(begun);
+    }
+    Ok(txn.as_ref().expect("just begun"))
+}
+
+/// Makes what the group wrote durable: the segments written to, then the
+/// transaction (see "Durability" in the module doc).
+fn make_durable(shared: &Shared, txn: &mut Option<WriteTransaction>) -> Result<(), LogStoreError> {
+    let dirty = shared.segments_write().take_dirty();
+    for segment in &dirty {
+        segment.sync()?;
+    }
+    if let Some(txn) = txn.take() {
+        txn.commit()
+            .map_err(LogStoreError::database("commit log records"))?;
     }
     Ok(())
 }
 
-/// Drops the pending entries of append `sequence` (committed, or failed);
-/// an entry queued again since by a later append stays.
-fn drop_pending(shared: &Shared, sequence: u64) {
-    shared
-        .pending()
-        .entries
-        .retain(|_, (queued_by, _)| *queued_by != sequence);
-}
-
-/// Runs `works` in one transaction and commits it durably; on a failure,
-/// the position of the work that failed (0 when the transaction itself
+/// Runs `works` in order and makes them durable together; on a failure,
+/// the position of the work that failed (0 when making them durable
 /// failed) and its error.
-///
-/// The transaction first takes one step of a pending purge (see "Purge"
-/// in the module doc): one per transaction, however many writes it
-/// carries. A step per append let a commit of a hundred queued appends
-/// delete a hundred steps at once, and the `save_committed` queued behind
-/// it (which openraft's core awaits) waited 270-490 ms after each snapshot
-/// in the load test.
-fn commit_together<C: RaftTypeConfig>(
+fn write_group<C: RaftTypeConfig>(
     shared: &Shared,
-    operation: &'static str,
-    works: Vec<WriteWork>,
+    works: Vec<Work>,
 ) -> Result<(), (usize, LogStoreError)> {
-    write_with(
-        shared,
-        operation,
-        |txn| {
-            // Most transactions have no step to take: they do not open the
-            // log table for it.
-            if shared.purge_ahead().behind {
-                let mut log = txn
-                    .open_table(LOG_TABLE)
-                    .map_err(|error| (0, LogStoreError::database("open the log table")(error)))?;
-                purge_step::<C>(shared, txn, &mut log, PURGE_STEP).map_err(|error| (0, error))?;
+    let mut txn = None;
+    let mut first_appended = None;
+    let mut purge_to = None;
+    let mut outcome = Ok(());
+    for (position, work) in works.into_iter().enumerate() {
+        let result = match work {
+            Work::Append(records) => {
+                let result = append_records(shared, &mut txn, &records);
+                if result.is_ok() && first_appended.is_none() {
+                    first_appended = records.first().map(|(index, _)| *index);
+                }
+                result
             }
-            for (position, work) in works.into_iter().enumerate() {
-                work(shared, txn).map_err(|error| (position, error))?;
+            Work::Truncate(last_kept) => truncate_after::<C>(shared, &mut txn, last_kept),
+            Work::Purge => {
+                let point = shared.purge_point();
+                match &point.target {
+                    Some((index, json)) if point.durable.is_none_or(|durable| durable < *index) => {
+                        let (index, json) = (*index, json.clone());
+                        drop(point);
+                        purge_to = Some(index);
+                        begin_write(shared, &mut txn)
+                            .and_then(open_meta_write)
+                            .and_then(|mut meta| {
+                                write_meta_json(&mut meta, META_LAST_PURGED, &json)
+                            })
+                    }
+                    _ => Ok(()),
+                }
             }
-            Ok(())
-        },
-        |error| (0, error),
-    )
+            Work::Meta(work) => begin_write(shared, &mut txn).and_then(work),
+        };
+        if let Err(error) = result {
+            outcome = Err((position, error));
+            break;
+        }
+    }
+    if outcome.is_ok() {
+        outcome = make_durable(shared, &mut txn).map_err(|error| (0, error));
+    }
+    if let Err((_, error)) = &outcome {
+        if let Some(txn) = txn.take()
+            && let Err(abort_error) = txn.abort()
+        {
+            tracing::warn!(%abort_error, %error, "aborting a log transaction failed");
+        }
+        // Entries the failed group wrote do not stay behind.
+        if let Some(first) = first_appended
+            && let Err(cut_error) = shared.segments_write().truncate_from(first)
+        {
+            tracing::warn!(%cut_error, %error, "cutting off the entries of a failed write failed");
+        }
+        return outcome;
+    }
+    if let Some(purged) = purge_to {
+        shared.purge_point().durable = Some(purged);
+        shared
+            .segments_write()
+            .remove_purged(purged)
+            .map_err(|error| (0, error))?;
+    }
+    Ok(())
 }
 
-/// The writer thread (see the module doc): commits the queued jobs in
-/// groups until the store's queue closes.
+/// The writer thread (see the module doc): makes the queued jobs durable
+/// in groups until the store's queue closes.
 fn write_loop<C: RaftTypeConfig>(shared: &Shared, queued: &mpsc::Receiver<WriteJob>) {
     while let Ok(first) = queued.recv() {
+        let mut ends_group = first.ends_group;
         let mut jobs = vec![first];
-        while jobs.len() < WRITES_PER_COMMIT_MAX {
+        while !ends_group && jobs.len() < WRITES_PER_COMMIT_MAX {
             match queued.try_recv() {
-                Ok(job) => jobs.push(job),
+                Ok(job) => {
+                    ends_group = job.ends_group;
+                    jobs.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -1051,18 +1285,23 @@ fn write_loop<C: RaftTypeConfig>(shared: &Shared, queued: &mpsc::Receiver<WriteJ
     }
 }
 
-/// Commits `jobs` together and tells each its outcome.
+/// Makes `jobs` durable together and tells each its outcome.
 fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
-    let operation = jobs[0].operation;
+    let started = std::time::Instant::now();
     let (works, jobs): (Vec<_>, Vec<_>) = jobs
         .into_iter()
         .map(|job| (job.work, (job.operation, job.done, job.append)))
         .unzip();
-    let mut failure = commit_together::<C>(shared, operation, works).err();
+    let mut failure = write_group::<C>(shared, works).err();
+    if failure.is_none()
+        && let Some(timings) = shared.timings.get()
+    {
+        timings.committed(started.elapsed());
+    }
     let cause = failure.as_ref().map(|(_, error)| error.to_string());
     for (position, (operation, done, append)) in jobs.into_iter().enumerate() {
-        if let Some(sequence) = append {
-            drop_pending(shared, sequence);
+        if let Some(append) = append {
+            drop_pending(shared, append);
         }
         let outcome = match (failure.take_if(|(at, _)| *at == position), &cause) {
             (Some((_, error)), _) => Err(error),
@@ -1076,15 +1315,16 @@ fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
     }
 }
 
+/// Removes the entries after `last_kept` (all: `None`), refusing to remove
+/// a committed one.
 fn truncate_after<C: RaftTypeConfig>(
-    txn: &WriteTransaction,
-    last_kept: Option<&LogIdOf<C>>,
+    shared: &Shared,
+    txn: &mut Option<WriteTransaction>,
+    last_kept: Option<u64>,
 ) -> Result<(), LogStoreError> {
-    let first_removed = last_kept.map_or(0, |id| id.index() + 1);
-    let mut log = txn
-        .open_table(LOG_TABLE)
-        .map_err(LogStoreError::database("open the log table"))?;
-    let meta = open_meta_write(txn)?;
+    let first_removed = last_kept.map_or(0, |index| index + 1);
+    // The group's transaction, which sees a committed log id it wrote.
+    let meta = open_meta_write(begin_write(shared, txn)?)?;
     if let Some(committed) = read_meta::<LogIdOf<C>>(&meta, META_COMMITTED)?
         && committed.index() >= first_removed
     {
@@ -1093,109 +1333,37 @@ fn truncate_after<C: RaftTypeConfig>(
             committed: committed.index(),
         });
     }
-    log.retain_in(first_removed.., |_, _| false)
-        .map_err(LogStoreError::database("remove log entries"))
+    drop(meta);
+    shared.segments_write().truncate_from(first_removed)
 }
 
-/// One step of a pending purge (see the module doc), in `txn`: deletes at
-/// most `entries_max` entries at or below the purge point and moves the
-/// `last_purged` record to the last one deleted, or to the purge point once
-/// none is left. Marks the purge caught up when this step reaches it; a
-/// transaction that then fails to commit fails the replica anyway (the
-/// store's errors are fatal to openraft).
-fn purge_step<C: RaftTypeConfig>(
-    shared: &Shared,
-    txn: &WriteTransaction,
-    log: &mut redb::Table<'_, u64, &'static [u8]>,
-    entries_max: u64,
-) -> Result<(), LogStoreError> {
-    // A copy, so readers (which check the purge point on every read) never
-    // wait for this step's deletes; writes are serialized by redb anyway.
-    let (target, target_json) = {
-        let ahead = shared.purge_ahead();
-        match ahead.target.as_ref().filter(|_| ahead.behind) {
-            Some((target, json)) => (*target, json.clone()),
-            None => return Ok(()),
-        }
-    };
-    let mut meta = open_meta_write(txn)?;
-    let first = log
-        .first()
-        .map_err(LogStoreError::database("read the first log entry"))?
-        .map(|(key, _)| key.value());
-    let last = log
-        .last()
-        .map_err(LogStoreError::database("read the last log entry"))?
-        .map(|(key, _)| key.value());
-    let upto = match (first, last) {
-        (Some(first), Some(last)) if first <= target => {
-            let step_end = target.min(first.saturating_add(entries_max - 1));
-            // A step that reaches the last entry takes the rest and reaches
-            // the purge point: nothing lies between the log's end and a
-            // purge point past it (a snapshot installed beyond the log).
-            if step_end >= last { target } else { step_end }
-        }
-        _ => target,
-    };
-    if upto == target {
-        write_meta_json(&mut meta, META_LAST_PURGED, &target_json)?;
-    } else {
-        let stored = log
-            .get(upto)
-            .map_err(LogStoreError::database("read a log entry"))?
-            .ok_or(LogStoreError::Corrupt {
-                record: RecordKey::Entry { index: upto },
-                problem: Corruption::Hole {
-                    previous: first.unwrap_or(upto),
-                },
-            })?;
-        let log_id = decode_entry::<C>(upto, stored.value())?.log_id();
-        drop(stored);
-        write_meta(&mut meta, META_LAST_PURGED, &log_id)?;
-    }
-    log.retain_in(..=upto, |_, _| false)
-        .map_err(LogStoreError::database("remove log entries"))?;
-    if upto == target {
-        let mut ahead = shared.purge_ahead();
-        // Caught up only with the point this step read: a purge that moved
-        // it further meanwhile still has steps to take.
-        if ahead.target.as_ref().map(|(index, _)| *index) == Some(target) {
-            ahead.behind = false;
-        }
-    }
-    Ok(())
-}
-
-/// Runs `body` in a write transaction committed with `Durability::Immediate`,
-/// or aborted if `body` fails.
+/// Runs `body` in a write transaction of `shared`'s database committed
+/// with `Durability::Immediate`, or aborted if `body` fails.
 fn write<T>(
     shared: &Shared,
     operation: &'static str,
     body: impl FnOnce(&WriteTransaction) -> Result<T, LogStoreError>,
 ) -> Result<T, LogStoreError> {
-    write_with(shared, operation, body, |error| error)
+    commit_durably(&shared.db, shared.timings.get(), operation, body)
 }
 
-/// [`write`] for a body with an error of its own; `from_store` wraps the
-/// transaction's own errors in it.
-fn write_with<T, E>(
-    shared: &Shared,
+/// Runs `body` in a write transaction of `db` committed with
+/// `Durability::Immediate`, or aborted if `body` fails.
+fn commit_durably<T>(
+    db: &Database,
+    timings: Option<&Arc<dyn LogTimings>>,
     operation: &'static str,
-    body: impl FnOnce(&WriteTransaction) -> Result<T, E>,
-    from_store: impl Fn(LogStoreError) -> E,
-) -> Result<T, E> {
-    let failed = |source: redb::Error| from_store(LogStoreError::database(operation)(source));
-    let mut txn = shared
-        .db
-        .begin_write()
-        .map_err(|error| failed(error.into()))?;
+    body: impl FnOnce(&WriteTransaction) -> Result<T, LogStoreError>,
+) -> Result<T, LogStoreError> {
+    let failed = |source: redb::Error| LogStoreError::database(operation)(source);
+    let mut txn = db.begin_write().map_err(|error| failed(error.into()))?;
     txn.set_durability(Durability::Immediate)
         .map_err(|error| failed(error.into()))?;
     match body(&txn) {
         Ok(value) => {
             let started = std::time::Instant::now();
             txn.commit().map_err(|error| failed(error.into()))?;
-            if let Some(timings) = shared.timings.get() {
+            if let Some(timings) = timings {
                 timings.committed(started.elapsed());
             }
             Ok(value)
@@ -1260,21 +1428,6 @@ fn check_follows(previous: Option<u64>, index: u64) -> Result<(), LogStoreError>
     }
 }
 
-fn check_above_purged<C: RaftTypeConfig>(
-    last_purged: Option<&LogIdOf<C>>,
-    first_index: u64,
-) -> Result<(), LogStoreError> {
-    match last_purged {
-        Some(purged) if first_index <= purged.index() => Err(LogStoreError::Corrupt {
-            record: RecordKey::Entry { index: first_index },
-            problem: Corruption::BelowPurged {
-                purged: purged.index(),
-            },
-        }),
-        _ => Ok(()),
-    }
-}
-
 fn open_meta_read(
     txn: &redb::ReadTransaction,
 ) -> Result<redb::ReadOnlyTable<&'static str, &'static [u8]>, LogStoreError> {
@@ -1282,9 +1435,9 @@ fn open_meta_read(
         .map_err(LogStoreError::database("open the metadata table"))
 }
 
-fn open_meta_write<'txn>(
-    txn: &'txn WriteTransaction,
-) -> Result<redb::Table<'txn, &'static str, &'static [u8]>, LogStoreError> {
+fn open_meta_write(
+    txn: &WriteTransaction,
+) -> Result<redb::Table<'_, &'static str, &'static [u8]>, LogStoreError> {
     txn.open_table(META_TABLE)
         .map_err(LogStoreError::database("open the metadata table"))
 }
@@ -1359,18 +1512,12 @@ fn index_range(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
     }
 }
 
-fn sync_directory(dir: &Path) -> Result<(), LogStoreError> {
-    fs::File::open(dir)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|source| LogStoreError::Directory {
-            path: dir.to_path_buf(),
-            source,
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use openraft::storage::RaftLogStorageExt;
+
+    /// Entries per purge in the tests that purge past short logs.
+    const PURGE_STEP: u64 = 1_024;
 
     use super::*;
     use crate::testing::TestConfig;
@@ -1464,36 +1611,32 @@ mod tests {
 
     /// Rewrites the stored record of entry `index` with `edit`, bypassing the store.
     fn edit_record(dir: &Path, index: u64, edit: impl FnOnce(&mut Vec<u8>)) {
-        let db = Database::open(dir.join(LOG_FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut log = txn.open_table(LOG_TABLE).unwrap();
-            let mut stored = log.get(index).unwrap().unwrap().value().to_vec();
-            edit(&mut stored);
-            log.insert(index, stored.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
+        let mut stored = stored_record(dir, index);
+        edit(&mut stored);
+        segment_log::rewrite_record_for_tests(dir, index, Some(stored));
     }
 
-    fn remove_record(dir: &Path, index: u64) {
-        let db = Database::open(dir.join(LOG_FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        txn.open_table(LOG_TABLE).unwrap().remove(index).unwrap();
-        txn.commit().unwrap();
+    /// The stored record of entry `index`, read raw.
+    fn stored_record(dir: &Path, index: u64) -> Vec<u8> {
+        segment_log::raw_records_for_tests(dir)
+            .into_iter()
+            .find_map(|(_, first, records)| {
+                index
+                    .checked_sub(first)
+                    .and_then(|at| records.get(at as usize).cloned())
+            })
+            .unwrap()
     }
 
     #[tokio::test]
     async fn corrupted_entry_is_an_error_naming_its_index() {
         let dir = tempfile::tempdir().unwrap();
-        drop(store_with_entries(dir.path(), 0..5).await);
-        // Flip one bit in the middle of entry 3's JSON.
+        let store = store_with_entries(dir.path(), 0..5).await;
+        // Flip one bit in the middle of entry 3's JSON, under the open store.
         edit_record(dir.path(), 3, |stored| {
             let middle = stored.len() / 2;
             stored[middle] ^= 0x01;
         });
-
-        // Open checks only the first and last entries, so it succeeds.
-        let store = Store::open(dir.path()).unwrap();
         let mut reader = store.reader();
 
         let error = reader.try_get_log_entries(0..5).await.unwrap_err();
@@ -1532,6 +1675,19 @@ mod tests {
                 ..
             })
         ));
+        drop((reader, store));
+        // Open checks every entry's checksum.
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LogStoreError::Corrupt {
+                    record: RecordKey::Entry { index: 3 },
+                    problem: Corruption::Checksum { .. },
+                }
+            ),
+            "{error}"
+        );
     }
 
     #[tokio::test]
@@ -1557,18 +1713,10 @@ mod tests {
     async fn entry_moved_under_another_index_is_detected() {
         let dir = tempfile::tempdir().unwrap();
         drop(store_with_entries(dir.path(), 0..5).await);
-        let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut log = txn.open_table(LOG_TABLE).unwrap();
-            let two = log.get(2).unwrap().unwrap().value().to_vec();
-            log.insert(1, two.as_slice()).unwrap();
-        }
-        txn.commit().unwrap();
-        drop(db);
+        let two = stored_record(dir.path(), 2);
+        segment_log::rewrite_record_for_tests(dir.path(), 1, Some(two));
 
-        let mut reader = Store::open(dir.path()).unwrap().reader();
-        let error = reader.try_get_log_entries(..).await.unwrap_err();
+        let error = Store::open(dir.path()).unwrap_err();
         assert!(
             error
                 .to_string()
@@ -1577,24 +1725,59 @@ mod tests {
         );
     }
 
-    /// Issue 13: a purge of many entries runs inside openraft's core task,
-    /// so it deletes one step at once and leaves the rest to later appends,
-    /// while readers see the whole purge at once.
+    /// A crash in the middle of a write leaves part of a frame at the end
+    /// of the last segment: that entry was never acknowledged, so open cuts
+    /// it off, says so, and the log ends before it.
     #[tokio::test]
-    async fn a_large_purge_is_seen_at_once_and_deleted_in_steps() {
+    async fn a_write_torn_by_a_crash_is_cut_off_at_open() {
         let dir = tempfile::tempdir().unwrap();
-        let entries = 3 * PURGE_STEP + 100;
+        drop(store_with_entries(dir.path(), 0..5).await);
+        let (path, _, _) = segment_log::raw_records_for_tests(dir.path()).remove(0);
+        let length = fs::metadata(&path).unwrap().len();
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(length - 2)
+            .unwrap();
+
+        let mut store = None;
+        let warnings = warnings_while(|| store = Some(Store::open(dir.path()).unwrap()));
+        assert!(
+            warnings.contains("cutting off the end of the log"),
+            "{warnings}"
+        );
+        let mut store = store.unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(1, 3))
+        );
+        // The log continues where the torn entry was.
+        store.blocking_append([blank(2, 4)]).await.unwrap();
+        drop(store);
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(2, 4))
+        );
+    }
+
+    /// A purge of many entries runs inside openraft's core task: readers
+    /// see it at once, and it deletes no entry one by one (a segment goes
+    /// as a whole once all of it is purged).
+    #[tokio::test]
+    async fn a_large_purge_is_seen_at_once_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = 3_100;
         let mut store = store_with_entries(dir.path(), 0..entries).await;
-        let purged = 3 * PURGE_STEP;
+        let purged = 3_000;
         store.purge(log_id(1, purged)).await.unwrap();
 
-        assert_eq!(
-            store.get_log_state().await.unwrap(),
-            LogState {
-                last_purged_log_id: Some(log_id(1, purged)),
-                last_log_id: Some(log_id(1, entries - 1)),
-            }
-        );
+        let state = LogState {
+            last_purged_log_id: Some(log_id(1, purged)),
+            last_log_id: Some(log_id(1, entries - 1)),
+        };
+        assert_eq!(store.get_log_state().await.unwrap(), state);
         let read = store
             .reader()
             .try_get_log_entries(0..entries)
@@ -1602,15 +1785,11 @@ mod tests {
             .unwrap();
         assert_eq!(read.first().map(|entry| entry.index()), Some(purged + 1));
         assert_eq!(read.len() as u64, entries - purged - 1);
-        // One step deleted, the rest still in the file, which stays whole:
-        // a crash now reopens a log without a hole.
-        assert_eq!(store.verify().unwrap(), entries - PURGE_STEP);
+        assert_eq!(store.verify().unwrap(), entries - purged - 1);
 
-        // Each append takes the next step; the file catches up.
         for index in entries..entries + 3 {
             store.blocking_append([blank(1, index)]).await.unwrap();
         }
-        assert_eq!(store.verify().unwrap(), entries + 3 - purged - 1);
         drop(store);
         let mut store = Store::open(dir.path()).unwrap();
         assert_eq!(
@@ -1620,6 +1799,7 @@ mod tests {
                 last_log_id: Some(log_id(1, entries + 2)),
             }
         );
+        assert_eq!(store.verify().unwrap(), entries + 3 - purged - 1);
     }
 
     /// A purge past the end of the log (after a snapshot install): the
@@ -1686,19 +1866,22 @@ mod tests {
         assert_eq!(store.verify().unwrap(), 1);
     }
 
+    /// Entries are stored in index order without their index: one that
+    /// goes missing makes the next one sit under its index, where its
+    /// checksum (which covers the index) fails.
     #[tokio::test]
-    async fn hole_refuses_open_and_reads() {
+    async fn a_missing_entry_refuses_open() {
         let dir = tempfile::tempdir().unwrap();
         drop(store_with_entries(dir.path(), 0..5).await);
-        remove_record(dir.path(), 2);
+        segment_log::rewrite_record_for_tests(dir.path(), 2, None);
 
         let error = Store::open(dir.path()).unwrap_err();
         assert!(
             matches!(
                 error,
                 LogStoreError::Corrupt {
-                    record: RecordKey::Entry { index: 3 },
-                    problem: Corruption::Hole { previous: 1 },
+                    record: RecordKey::Entry { index: 2 },
+                    problem: Corruption::Checksum { .. },
                 }
             ),
             "{error}"
@@ -1762,18 +1945,22 @@ mod tests {
         assert_eq!(store.verify().unwrap(), 6);
     }
 
-    /// Holds a write transaction of `store`'s database on a thread of its
-    /// own until the returned sender is dropped or sent to: every write of
-    /// the store waits for it.
-    fn hold_the_writer_lock(store: &Store) -> std::sync::mpsc::Sender<()> {
-        let shared = Arc::clone(&store.reader.shared);
+    /// Keeps `store`'s writer busy with a write of its own until the
+    /// returned sender is dropped or sent to: every write queued meanwhile
+    /// waits for it.
+    fn hold_the_writer(store: &Store) -> std::sync::mpsc::Sender<()> {
         let (release, released) = std::sync::mpsc::channel::<()>();
         let (held, holding) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let txn = shared.db.begin_write().unwrap();
-            held.send(()).unwrap();
-            let _ = released.recv();
-            txn.abort().unwrap();
+        store.queue(WriteJob {
+            operation: "hold the writer (test)",
+            work: Work::Meta(Box::new(move |_| {
+                held.send(()).unwrap();
+                let _ = released.recv();
+                Ok(())
+            })),
+            done: Box::new(|result| result.unwrap()),
+            append: None,
+            ends_group: false,
         });
         holding.recv().unwrap();
         release
@@ -1807,7 +1994,7 @@ mod tests {
         let mut store = store_with_entries(dir.path(), 0..3).await;
         let commits = Arc::new(CountedCommits::default());
         store.set_timings(commits.clone());
-        let release = hold_the_writer_lock(&store);
+        let release = hold_the_writer(&store);
 
         let mut flushed = Vec::new();
         for index in 3..13 {
@@ -1845,56 +2032,57 @@ mod tests {
             receiver.await.unwrap().unwrap();
         }
         assert_eq!(store.verify().unwrap(), 13);
-        // Ten appends, at most two commits: the writer may have taken the
-        // first alone (and waited for the lock with it), the others queued
-        // behind it commit together.
+        // The held write's group, then the ten appends in at most two
+        // (the writer may have taken the first alone), not ten.
         let commits = commits.0.load(std::sync::atomic::Ordering::SeqCst);
-        assert!((1..=2).contains(&commits), "{commits} commits");
+        assert!((2..=3).contains(&commits), "{commits} commits");
         assert!(store.reader.shared.pending().entries.is_empty());
     }
 
-    /// A purge step per transaction, not per write in it: appends queued
-    /// behind a purge commit together, and a step for each deleted the
-    /// whole backlog in one transaction (in the load test the core's next
-    /// `save_committed` waited for it 270-490 ms after each snapshot).
+    /// An append queued behind a vote must not become durable before it
+    /// (a replica that crashed with a new term's entries and its old vote
+    /// could vote twice in that term), and entries are made durable before
+    /// the records of their group: so a vote ends its group. Three writes
+    /// queued while the writer is busy: the append before the vote goes
+    /// with it, the one after it in a group of its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn queued_appends_take_one_purge_step_per_transaction() {
+    async fn a_vote_ends_its_group() {
         let dir = tempfile::tempdir().unwrap();
-        let entries = 10 * PURGE_STEP + 100;
-        let mut store = store_with_entries(dir.path(), 0..entries).await;
-        let purged = 10 * PURGE_STEP;
-        store.purge(log_id(1, purged)).await.unwrap();
-        assert_eq!(store.verify().unwrap(), entries - PURGE_STEP);
+        let mut store = store_with_entries(dir.path(), 0..3).await;
         let commits = Arc::new(CountedCommits::default());
         store.set_timings(commits.clone());
+        let jobs = store.writer.jobs.clone().unwrap();
 
-        let release = hold_the_writer_lock(&store);
-        let mut flushed = Vec::new();
-        for index in entries..entries + 10 {
-            let (callback, receiver) = callback();
-            store.append([blank(1, index)], callback).await.unwrap();
-            flushed.push(receiver);
-        }
+        let release = hold_the_writer(&store);
+        let (callback_a, flushed_a) = callback();
+        store.append([blank(1, 3)], callback_a).await.unwrap();
+        let voter = tokio::spawn(async move {
+            store
+                .save_vote(&openraft::Vote::new(2, 1))
+                .await
+                .map(|()| store)
+        });
+        // Time for the voter to queue its vote.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let (callback_b, flushed_b) = callback();
+        let record = encode_entry::<TestConfig>(&blank(2, 4)).unwrap();
+        jobs.send(WriteJob {
+            operation: "append log entries",
+            work: Work::Append(vec![record]),
+            done: Box::new(move |result| callback_b.io_completed(result.map_err(storage_failed))),
+            append: None,
+            ends_group: false,
+        })
+        .unwrap_or_else(|_| panic!("the writer is gone"));
         drop(release);
-        for receiver in flushed {
-            receiver.await.unwrap().unwrap();
-        }
-        // The ten appends committed in one or two transactions (the writer
-        // may have taken the first alone): one or two more steps.
-        let commits = commits.0.load(std::sync::atomic::Ordering::SeqCst) as u64;
-        assert!((1..=2).contains(&commits), "{commits} commits");
-        assert_eq!(
-            store.verify().unwrap(),
-            entries + 10 - (1 + commits) * PURGE_STEP,
-            "each transaction deletes one step"
-        );
-        // Readers never saw the purged entries, and still do not.
-        let read = store
-            .reader()
-            .try_get_log_entries(0..entries + 10)
-            .await
-            .unwrap();
-        assert_eq!(read.first().map(|entry| entry.index()), Some(purged + 1));
+        let store = voter.await.unwrap().unwrap();
+        // The store's writer ends once every sender of its queue is gone.
+        drop(jobs);
+        flushed_a.await.unwrap().unwrap();
+        flushed_b.await.unwrap().unwrap();
+        let commits = commits.0.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(commits, 3, "held | append, vote | append");
+        assert_eq!(store.verify().unwrap(), 5);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1995,6 +2183,119 @@ mod tests {
             "{error}"
         );
         assert_eq!(error.io_kind(), io::ErrorKind::ResourceBusy);
+    }
+
+    /// Writes a database the way releases before segment files did: the
+    /// entries `indexes` in its `log` table, `format` at `format`, and a
+    /// purge point just below the first entry.
+    fn write_legacy_log(dir: &Path, indexes: std::ops::Range<u64>, format: u32) {
+        fs::create_dir_all(dir).unwrap();
+        let db = Database::create(dir.join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut log = txn.open_table(LEGACY_LOG_TABLE).unwrap();
+            for index in indexes.clone() {
+                let (_, stored) = encode_entry::<TestConfig>(&blank(1, index)).unwrap();
+                log.insert(index, &*stored).unwrap();
+            }
+            let mut meta = txn.open_table(META_TABLE).unwrap();
+            write_meta(&mut meta, META_FORMAT, &format).unwrap();
+            let vote: VoteOf<TestConfig> = openraft::Vote::new(1, 1);
+            write_meta(&mut meta, META_VOTE, &vote).unwrap();
+            write_meta(&mut meta, META_LAST_PURGED, &log_id(1, indexes.start - 1)).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    fn format_on_disk(dir: &Path) -> Option<u32> {
+        let db = Database::open(dir.join(LOG_FILE_NAME)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = open_meta_read(&txn).unwrap();
+        read_meta(&meta, META_FORMAT).unwrap()
+    }
+
+    /// An older release's log: its entries move to a segment, the owner's
+    /// version stays what it was, and `format` rises so that the older
+    /// release refuses the directory from now on.
+    #[tokio::test]
+    async fn an_older_release_log_moves_into_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        write_legacy_log(dir.path(), 10..20, 2);
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap(),
+            LogState {
+                last_purged_log_id: Some(log_id(1, 9)),
+                last_log_id: Some(log_id(1, 19)),
+            }
+        );
+        assert_eq!(store.verify().unwrap(), 10);
+        assert_eq!(
+            store.reader().read_vote().await.unwrap(),
+            Some(openraft::Vote::new(1, 1))
+        );
+        assert_eq!(store.format_record().version().unwrap(), 2);
+        store.blocking_append([blank(1, 20)]).await.unwrap();
+        drop(store);
+        assert_eq!(format_on_disk(dir.path()), Some(FORMAT_SEGMENTS));
+        {
+            let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
+            let txn = db.begin_read().unwrap();
+            assert!(
+                txn.list_tables()
+                    .unwrap()
+                    .all(|table| table.name() != LEGACY_LOG_TABLE.name()),
+                "the old table is gone"
+            );
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.verify().unwrap(), 11);
+        assert_eq!(store.format_record().version().unwrap(), 2);
+
+        // A new log: level 1, format FORMAT_SEGMENTS.
+        let fresh = tempfile::tempdir().unwrap();
+        let store = Store::open(fresh.path()).unwrap();
+        assert_eq!(store.format_record().version().unwrap(), FORMAT_VERSION);
+        store.format_record().raise(4).unwrap();
+        drop(store);
+        assert_eq!(
+            format_on_disk(fresh.path()),
+            Some(4),
+            "format follows a higher level"
+        );
+    }
+
+    /// A crash after the entries were written to a segment but before the
+    /// old table was dropped: the move is made again, from the table.
+    #[tokio::test]
+    async fn an_interrupted_move_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        write_legacy_log(dir.path(), 1..6, 1);
+        // What the crash left: a segment of part of the entries.
+        let segments_dir = dir.path().join(segment_log::SEGMENTS_DIR);
+        let mut segments = Segments::open(&segments_dir, None).unwrap();
+        let records: Vec<_> = (1..3)
+            .map(|index| encode_entry::<TestConfig>(&blank(1, index)).unwrap())
+            .collect();
+        segments.append(&records).unwrap();
+        drop(segments);
+
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.verify().unwrap(), 5);
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(1, 5))
+        );
+    }
+
+    /// Entries whose database (the vote) is gone are not a log to run on.
+    #[tokio::test]
+    async fn segments_without_their_database_refuse_open() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..3).await);
+        fs::remove_file(dir.path().join(LOG_FILE_NAME)).unwrap();
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(error.to_string().contains("was missing"), "{error}");
     }
 
     #[test]

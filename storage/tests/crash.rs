@@ -7,14 +7,15 @@
 //! The writer is this test binary itself, re-executed with
 //! [`WRITER_DIRECTORY_ENV`] set, running only the `crash_writer` test.
 //!
-//! What this proves: the flush callback fires only after the transaction
-//! holding the entries committed, and a process killed at any point
-//! (including inside a commit) reopens to a consistent log holding everything
-//! it announced. Entries are padded so that a commit takes long enough for the
+//! What this proves: the flush callback fires only after the write holding
+//! the entries was synced, and a process killed at any point (including
+//! inside a write) reopens to a consistent log holding everything it
+//! announced. Entries are padded so that a commit takes long enough for the
 //! kill to land inside one: moving `io_completed` before the commit in
 //! `LogStore::append` makes this test fail. A SIGKILL does not drop the page
 //! cache, so this does not exercise the fsync itself against power loss; that
-//! part is redb's `Durability::Immediate`.
+//! part is the segment's `fdatasync` (and redb's `Durability::Immediate` for
+//! the records beside it).
 
 #![cfg(unix)]
 
