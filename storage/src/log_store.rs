@@ -341,10 +341,8 @@ impl Shared {
 
     /// The stored record of entry `index` in the segments, if they hold it.
     fn segment_record(&self, index: u64) -> Result<Option<Vec<u8>>, LogStoreError> {
-        let located = self.segments_read().locate(index, Some(index + 1), None);
-        Ok(segment_log::read_records(&located)?
-            .pop()
-            .map(|(_, stored)| stored))
+        let mut stored = self.segments_read().read(index, Some(index + 1), None)?;
+        Ok(stored.pop().map(|(_, stored)| stored))
     }
 }
 
@@ -373,7 +371,8 @@ pub struct LogStore<C: RaftTypeConfig> {
 
 /// A read handle on the log. Implements [`RaftLogReader`].
 ///
-/// Cloning shares the open log. A read never blocks the writer (see
+/// Cloning shares the open log. A read waits for the writer only while
+/// it appends or truncates, never for an `fdatasync` (see
 /// [`segment_log`](crate::segment_log), "Concurrency"). A reader keeps the
 /// files open (and the database locked) while it lives, even after the
 /// [`LogStore`] is dropped.
@@ -618,8 +617,7 @@ impl<C: RaftTypeConfig> LogReader<C> {
         }
         // Before the segments: see the module doc.
         let pending = self.shared.pending_range(start, end);
-        let located = self.shared.segments_read().locate(start, end, bytes_max);
-        let stored = segment_log::read_records(&located)?;
+        let stored = self.shared.segments_read().read(start, end, bytes_max)?;
 
         let mut entries = Vec::new();
         let mut bytes = 0usize;
@@ -767,14 +765,14 @@ impl<C: RaftTypeConfig> LogReader<C> {
         drop(txn);
         // What is on disk: the segments, not the pending entries.
         let start = self.shared.purged_index().map_or(0, |purged| purged + 1);
-        let located = self.shared.segments_read().locate(start, None, None);
+        let stored = self.shared.segments_read().read(start, None, None)?;
         let mut previous = None;
-        for (index, stored) in segment_log::read_records(&located)? {
-            check_follows(previous, index)?;
-            decode_entry::<C>(index, &stored)?;
-            previous = Some(index);
+        for (index, stored) in &stored {
+            check_follows(previous, *index)?;
+            decode_entry::<C>(*index, stored)?;
+            previous = Some(*index);
         }
-        Ok(located.len() as u64)
+        Ok(stored.len() as u64)
     }
 
     fn begin_read(&self) -> Result<redb::ReadTransaction, LogStoreError> {
@@ -2007,6 +2005,16 @@ mod tests {
             .expect("append waited for the commit")
             .unwrap();
             flushed.push(receiver);
+        }
+        // No callback before the writer made the entries durable.
+        for receiver in &mut flushed {
+            assert!(
+                matches!(
+                    receiver.try_recv(),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+                ),
+                "an append reported flushed before the writer wrote it"
+            );
         }
         // Readable at once, not yet durable.
         let mut reader = store.reader();

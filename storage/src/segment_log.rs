@@ -50,11 +50,13 @@
 //!
 //! # Concurrency
 //!
-//! Only the store's writer changes the segments (under the write lock the
-//! owner keeps them in); readers copy what they need (a file handle and
-//! the offsets of their entries) under the read lock and read with
-//! `pread` after releasing it, so a read never waits for a write or an
-//! `fdatasync`.
+//! Only the store's writer changes the segments, under the write lock of
+//! the `RwLock` the owner keeps them in, and only for as long as a `pwrite`
+//! (an append) or a cut (a truncation) takes: the `fdatasync` runs after
+//! the lock is released (on handles taken with [`Segments::take_dirty`]).
+//! Readers read with `pread` under the read lock, so that a truncation
+//! never cuts a file under a read, which would fail it (and stop the
+//! replica).
 
 use std::fs;
 use std::fs::File;
@@ -118,9 +120,9 @@ impl Segment {
     }
 }
 
-/// Where one entry is, for a reader that reads after releasing the lock.
+/// Where one entry is.
 #[derive(Debug, Clone)]
-pub(crate) struct Located {
+struct Located {
     file: Arc<File>,
     path: Arc<Path>,
     index: u64,
@@ -239,15 +241,24 @@ impl Segments {
         Some((first.first, last.next_index() - 1))
     }
 
-    /// Where the entries with index in `start..end` are (`end == None`: to
-    /// the end), in order; with `bytes_max`, only as many as fit in it
-    /// (at least one).
-    pub(crate) fn locate(
+    /// The stored records of the entries with index in `start..end`
+    /// (`end == None`: to the end), in order (their checksums are checked
+    /// where they are decoded); with `bytes_max`, only as many as fit in it (at least
+    /// one). Read under the caller's lock on the segments, so that no
+    /// truncation cuts a file while it is read.
+    pub(crate) fn read(
         &self,
         start: u64,
         end: Option<u64>,
         bytes_max: Option<usize>,
-    ) -> Vec<Located> {
+    ) -> Result<Vec<(u64, Vec<u8>)>, LogStoreError> {
+        read_records(&self.locate(start, end, bytes_max))
+    }
+
+    /// Where the entries with index in `start..end` are (`end == None`: to
+    /// the end), in order; with `bytes_max`, only as many as fit in it
+    /// (at least one).
+    fn locate(&self, start: u64, end: Option<u64>, bytes_max: Option<usize>) -> Vec<Located> {
         let mut located = Vec::new();
         let mut bytes = 0u64;
         for segment in &self.files {
@@ -429,9 +440,10 @@ impl Segments {
     }
 }
 
-/// Reads the stored records of `located` (in order), each checked against
-/// its checksum (which covers its index).
-pub(crate) fn read_records(located: &[Located]) -> Result<Vec<(u64, Vec<u8>)>, LogStoreError> {
+/// Reads the stored records of `located` (in order), one `pread` per run
+/// of consecutive frames; a frame whose length prefix disagrees with the
+/// index is corruption.
+fn read_records(located: &[Located]) -> Result<Vec<(u64, Vec<u8>)>, LogStoreError> {
     let mut records = Vec::with_capacity(located.len());
     let mut at = 0;
     while at < located.len() {

@@ -7,15 +7,19 @@
 //! The writer is this test binary itself, re-executed with
 //! [`WRITER_DIRECTORY_ENV`] set, running only the `crash_writer` test.
 //!
-//! What this proves: the flush callback fires only after the write holding
-//! the entries was synced, and a process killed at any point (including
-//! inside a write) reopens to a consistent log holding everything it
-//! announced. Entries are padded so that a commit takes long enough for the
-//! kill to land inside one: moving `io_completed` before the commit in
-//! `LogStore::append` makes this test fail. A SIGKILL does not drop the page
-//! cache, so this does not exercise the fsync itself against power loss; that
-//! part is the segment's `fdatasync` (and redb's `Durability::Immediate` for
-//! the records beside it).
+//! What this proves: a process killed at any point (including inside a
+//! write, whose torn end the next open cuts off) reopens to a consistent
+//! log holding everything it announced. Entries are padded so that a write
+//! takes long enough for some kills to land inside one. What it cannot
+//! tell: a callback fired before its entries' `fdatasync`, or even before
+//! their write — a SIGKILL keeps the page cache, and a segment write is
+//! microseconds, so a kill almost never lands between the two (with the
+//! callback moved before the write this test still passed in a run). That
+//! order is checked by the log store's unit test
+//! `append_returns_before_the_commit_and_queued_appends_commit_together`,
+//! which holds the writer and sees no callback fire before it ran; the
+//! fsync against power loss is the segment's `fdatasync` (and redb's
+//! `Durability::Immediate` for the records beside it).
 
 #![cfg(unix)]
 
