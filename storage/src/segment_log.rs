@@ -155,6 +155,9 @@ pub(crate) struct Segments {
     files: Vec<Segment>,
     /// Segments written to since the last [`Segments::take_dirty`].
     dirty: Vec<Dirty>,
+    /// Size at which the last segment is closed ([`SEGMENT_BYTES_TARGET`];
+    /// smaller in tests).
+    target_bytes: u64,
 }
 
 impl Segments {
@@ -200,6 +203,7 @@ impl Segments {
             dir: dir.to_path_buf(),
             files: Vec::with_capacity(named.len()),
             dirty: Vec::new(),
+            target_bytes: SEGMENT_BYTES_TARGET,
         };
         let count = named.len();
         for (position, (first, path)) in named.into_iter().enumerate() {
@@ -243,9 +247,9 @@ impl Segments {
 
     /// The stored records of the entries with index in `start..end`
     /// (`end == None`: to the end), in order (their checksums are checked
-    /// where they are decoded); with `bytes_max`, only as many as fit in it (at least
-    /// one). Read under the caller's lock on the segments, so that no
-    /// truncation cuts a file while it is read.
+    /// where they are decoded); with `bytes_max`, only as many as fit in
+    /// it (at least one). Read under the caller's lock on the segments, so
+    /// that no truncation cuts a file while it is read.
     pub(crate) fn read(
         &self,
         start: u64,
@@ -299,7 +303,7 @@ impl Segments {
             return Ok(());
         };
         let continues = self.files.last().is_some_and(|segment| {
-            segment.next_index() == *first_index && segment.end < SEGMENT_BYTES_TARGET
+            segment.next_index() == *first_index && segment.end < self.target_bytes
         });
         if !continues {
             self.create(*first_index)?;
@@ -414,6 +418,16 @@ impl Segments {
     /// Starts a new segment whose first entry will be `first`, durably
     /// (its header and its directory entry).
     fn create(&mut self, first: u64) -> Result<(), LogStoreError> {
+        // Only the last segment may end in a torn write (see the module
+        // doc): the one before is made durable before the next begins.
+        if let Some(previous) = self.files.last() {
+            previous
+                .file
+                .sync_data()
+                .map_err(segment_io(&previous.path, "sync"))?;
+            let file = Arc::clone(&previous.file);
+            self.dirty.retain(|dirty| !Arc::ptr_eq(&dirty.file, &file));
+        }
         let path = self.dir.join(segment_name(first));
         let file = File::options()
             .read(true)
@@ -803,6 +817,24 @@ mod tests {
         drop(segments);
         let segments = Segments::open(dir.path(), Some(7)).unwrap();
         assert_eq!(read_all(&segments), vec![8]);
+    }
+
+    /// Only the last segment may end torn: the one before is synced when
+    /// the next begins, not left for the group's sync.
+    #[test]
+    fn a_full_segment_is_synced_before_the_next_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut segments = Segments::open(dir.path(), None).unwrap();
+        segments.target_bytes = 64;
+        segments.append(&records(1..4)).unwrap();
+        segments.append(&records(4..6)).unwrap();
+        assert_eq!(segments.files.len(), 2, "the first segment was full");
+        let dirty = segments.take_dirty();
+        assert_eq!(dirty.len(), 1, "{dirty:?}");
+        assert_eq!(dirty[0].path, segments.files[1].path);
+        drop(segments);
+        let segments = Segments::open(dir.path(), None).unwrap();
+        assert_eq!(read_all(&segments), (1..6).collect::<Vec<_>>());
     }
 
     #[test]
