@@ -18,7 +18,7 @@
 //!
 //! # The `format` record, and the log of older releases
 //!
-//! Releases up to this one kept the entries in the database's `log` table.
+//! Releases before this one kept the entries in the database's `log` table.
 //! Opening such a database moves its entries into a segment file (written
 //! and synced first, then the table dropped in one transaction: a crash
 //! in between repeats the move at the next open) and sets `format` to
@@ -49,8 +49,12 @@
 //! the `fdatasync` that made them durable, then drops them from the map.
 //! The other writes wait until they are durable, as openraft requires,
 //! which makes every append queued before them durable too. A failed group
-//! fails every write in it (and the entries it wrote are cut off again);
-//! openraft stops the replica on the first.
+//! fails every write in it; openraft stops the replica on the first. A
+//! write the log refuses (an append that would leave a hole, a truncation
+//! of committed entries) cuts off what its group wrote and the log goes
+//! on; a failure of the disk (no space, an I/O error) fails every later
+//! write too, and the group's entries stay readable from memory until the
+//! replica stopped (openraft may still apply those its peers committed).
 //!
 //! Entries are made durable before the records of their group, so a
 //! record never becomes durable before an append queued ahead of it. The
@@ -186,6 +190,9 @@ struct Shared {
     timings: std::sync::OnceLock<Arc<dyn LogTimings>>,
     /// The purge point openraft was given, and the one on disk.
     purge: std::sync::Mutex<PurgePoint>,
+    /// Set by the first write that failed on the disk (see "Durability"
+    /// in the module doc): every later write fails with it.
+    failed: std::sync::Mutex<Option<String>>,
     /// Entries appended and not yet made durable by the writer.
     pending: std::sync::Mutex<PendingEntries>,
 }
@@ -481,6 +488,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
             segments: RwLock::new(segments),
             timings: std::sync::OnceLock::new(),
             purge: std::sync::Mutex::new(purge),
+            failed: std::sync::Mutex::new(None),
             pending: std::sync::Mutex::new(PendingEntries::default()),
         });
         let writer = match mode {
@@ -1200,6 +1208,19 @@ fn write_group<C: RaftTypeConfig>(
     shared: &Shared,
     works: Vec<Work>,
 ) -> Result<(), (usize, LogStoreError)> {
+    if let Some(cause) = shared
+        .failed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+    {
+        return Err((
+            0,
+            LogStoreError::WriterStopped {
+                problem: format!("stopped writing after a write failed ({cause})"),
+            },
+        ));
+    }
     let mut txn = None;
     let mut first_appended = None;
     let mut purge_to = None;
@@ -1246,11 +1267,21 @@ fn write_group<C: RaftTypeConfig>(
         {
             tracing::warn!(%abort_error, %error, "aborting a log transaction failed");
         }
-        // Entries the failed group wrote do not stay behind.
-        if let Some(first) = first_appended
-            && let Err(cut_error) = shared.segments_write().truncate_from(first)
-        {
-            tracing::warn!(%cut_error, %error, "cutting off the entries of a failed write failed");
+        if is_refusal(error) {
+            // A write the log refused (a bug above it): the entries the
+            // group wrote before it do not stay behind, and the log goes on.
+            if let Some(first) = first_appended
+                && let Err(cut_error) = shared.segments_write().truncate_from(first)
+            {
+                tracing::warn!(%cut_error, %error, "cutting off the entries of a failed write failed");
+            }
+        } else {
+            // The disk failed: nothing more is written (openraft stops the
+            // replica on the error).
+            *shared
+                .failed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
         }
         return outcome;
     }
@@ -1297,8 +1328,18 @@ fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
         timings.committed(started.elapsed());
     }
     let cause = failure.as_ref().map(|(_, error)| error.to_string());
+    // After a failure of the disk the entries stay readable from memory:
+    // openraft holds them as appended until it stopped, and may still
+    // apply those the other replicas committed (a read missing them
+    // failed an assertion in openraft's apply and aborted the process
+    // before its fail-stop, when a full disk failed the first append).
+    let keep_pending = failure
+        .as_ref()
+        .is_some_and(|(_, error)| !is_refusal(error));
     for (position, (operation, done, append)) in jobs.into_iter().enumerate() {
-        if let Some(append) = append {
+        if let Some(append) = append
+            && !keep_pending
+        {
             drop_pending(shared, append);
         }
         let outcome = match (failure.take_if(|(at, _)| *at == position), &cause) {
@@ -1311,6 +1352,15 @@ fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
         };
         done(outcome);
     }
+}
+
+/// Whether `error` is a write the log refused (its invariants), not a
+/// failure of the disk.
+fn is_refusal(error: &LogStoreError) -> bool {
+    matches!(
+        error,
+        LogStoreError::NotContiguous { .. } | LogStoreError::TruncateCommitted { .. }
+    )
 }
 
 /// Removes the entries after `last_kept` (all: `None`), refusing to remove
