@@ -1111,12 +1111,11 @@ fn append_records(
     let Some((first_index, _)) = records.first() else {
         return Ok(());
     };
-    let (purged, durable, purged_json) = {
+    let (purged, durable) = {
         let point = shared.purge_point();
         (
             point.target.as_ref().map(|(index, _)| *index),
             point.durable,
-            point.target.as_ref().map(|(_, json)| json.clone()),
         )
     };
     let last = shared.segments_read().bounds().map(|(_, last)| last);
@@ -1139,13 +1138,20 @@ fn append_records(
         }
         next = Some(index + 1);
     }
-    if let (Some(purged), Some(json)) = (purged, purged_json)
+    if let Some(purged) = purged
         && *first_index == purged + 1
         && last.is_none_or(|last| last < purged)
         && durable.is_none_or(|durable| durable < purged)
     {
         // A purge point past the end of the segments: durable before the
-        // segment that continues it.
+        // segment that continues it. (Only the writer moves `durable`, and
+        // `target` never moves back, so the JSON read now is of `purged`
+        // or later; taken here, not on every append.)
+        let (purged, json) = shared
+            .purge_point()
+            .target
+            .clone()
+            .expect("a purge point was read above");
         let mut meta = open_meta_write(begin_write(shared, txn)?)?;
         write_meta_json(&mut meta, META_LAST_PURGED, &json)?;
         drop(meta);
