@@ -3,8 +3,9 @@
 //! TEST-ONLY lower supported level (`PALISADE_TEST_SUPPORTED_FEATURE_LEVEL`,
 //! read only by `test-hooks` builds):
 //!
-//! - while that replica is a voter the level stays at 1 and the cluster
-//!   serves requests;
+//! - while that replica is a voter the level stays at 1, the cluster
+//!   serves requests, and that replica keeps up (its peers send it JSON,
+//!   not the binary encoding its level refuses);
 //! - once it runs at the full level again, the leader raises the level
 //!   (`cluster status -o json` shows `feature_level` 2 on every replica);
 //! - the replica then cannot start with the lower level again: it exits
@@ -72,6 +73,9 @@ async fn the_level_rises_only_when_every_voter_supports_it_and_a_downgrade_is_re
         let expected = if *node_id == 3 { 1 } else { SUPPORTED as u64 };
         assert_eq!(*supported, expected, "{seen:?}");
     }
+    // Node 3 follows the log: nothing it cannot decode (a binary payload,
+    // which its level refuses) was sent to it.
+    cluster.wait_caught_up(&ids).await;
 
     // Node 3 restarted at the full level: the leader raises the level.
     cluster.replica_mut(3).terminate();

@@ -614,7 +614,8 @@ async fn serve_replica(
     let raft_config = Arc::new(raft_config(&config.timing, &config.log_policy)?);
     let peers = PeerClients::new(node_id)
         .with_hooks(hooks.link_faults.clone(), hooks.fault_points.clone())
-        .with_tls(config.tls.clone());
+        .with_tls(config.tls.clone())
+        .with_cluster_level(state.cluster_level());
     let network = peers.network_factory();
     let raft: Raft = match &hooks.storage_faults {
         Some(faults) => {

@@ -14,9 +14,14 @@
 //! |-------|-------------------------------------------------------------|
 //! | 1     | every kind of the first release (all but the ones below)     |
 //! | 2     | `RaiseFeatureLevel`                                           |
+//! | 3     | none: replicas send each other their payloads in the binary   |
+//! |       | encoding (`palisade_codec`), which the releases of level 2    |
+//! |       | cannot decode ([`FEATURE_LEVEL_BINARY_PEER_PAYLOADS`])         |
 //!
 //! A new command kind gets the next level here ([`FEATURE_LEVEL_MAX`]
-//! moves up with it) and its proposer checks [`permits`] first.
+//! moves up with it) and its proposer checks [`permits`] first. So does a
+//! change of what replicas send each other that older releases do not
+//! understand: its sender checks the cluster's level.
 //!
 //! Apply raises the level and never lowers it, whatever the level: whether
 //! *this* replica's build supports a level is not a deterministic question
@@ -33,7 +38,12 @@ pub const FEATURE_LEVEL_BASE: u32 = 1;
 
 /// The highest level this code knows the command kinds of: what a build of
 /// it supports.
-pub const FEATURE_LEVEL_MAX: u32 = 2;
+pub const FEATURE_LEVEL_MAX: u32 = 3;
+
+/// The level from which replicas send each other their payloads (peer
+/// messages) in the binary encoding instead of JSON. Every release decodes
+/// both from this level on, so a reply may follow its request's encoding.
+pub const FEATURE_LEVEL_BINARY_PEER_PAYLOADS: u32 = 3;
 
 /// The feature level a command needs: the cluster must be at least at it
 /// before the command is proposed (see the table in the module doc).

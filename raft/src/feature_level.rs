@@ -25,9 +25,13 @@
 //!   (`PALISADE_TEST_SUPPORTED_FEATURE_LEVEL`): how the mixed-level test
 //!   plays an older replica without building one.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use palisade_lifecycle::feature::{FEATURE_LEVEL_BASE, FEATURE_LEVEL_MAX};
+use palisade_codec::Encoding;
+pub use palisade_lifecycle::feature::{
+    FEATURE_LEVEL_BASE, FEATURE_LEVEL_BINARY_PEER_PAYLOADS, FEATURE_LEVEL_MAX,
+};
 
 /// The highest feature level this build supports.
 pub const SUPPORTED: u32 = FEATURE_LEVEL_MAX;
@@ -81,4 +85,70 @@ pub fn check(what: impl FnOnce() -> String, found: u32) -> Result<(), LevelTooHi
         });
     }
     Ok(())
+}
+
+/// The cluster feature level this replica applied, readable without the
+/// state's lock: the peer transport reads it for every message it sends.
+/// Published by the state machine after it applies a raise or installs a
+/// snapshot; cheap to clone (one shared atomic).
+#[derive(Debug, Clone)]
+pub struct ClusterLevel(Arc<AtomicU32>);
+
+impl Default for ClusterLevel {
+    /// The base level: what a replica knows before it applied anything.
+    fn default() -> Self {
+        ClusterLevel::new(FEATURE_LEVEL_BASE)
+    }
+}
+
+impl ClusterLevel {
+    /// A level of `level`, not shared with any state machine.
+    pub fn new(level: u32) -> Self {
+        ClusterLevel(Arc::new(AtomicU32::new(level)))
+    }
+
+    /// The level applied last.
+    pub fn get(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Publishes the applied level (levels only rise; a lower one is
+    /// ignored).
+    pub(crate) fn publish(&self, level: u32) {
+        self.0.fetch_max(level, Ordering::AcqRel);
+    }
+
+    /// How this replica encodes what it sends to its peers: in the binary
+    /// encoding once the cluster reached
+    /// [`FEATURE_LEVEL_BINARY_PEER_PAYLOADS`] (every voter then decodes
+    /// it), as JSON before.
+    pub fn peer_encoding(&self) -> Encoding {
+        if self.get() >= FEATURE_LEVEL_BINARY_PEER_PAYLOADS {
+            Encoding::BinaryV1
+        } else {
+            Encoding::Json
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_get_json_until_the_cluster_reaches_the_binary_level() {
+        let level = ClusterLevel::default();
+        assert_eq!(level.peer_encoding(), Encoding::Json);
+        level.publish(FEATURE_LEVEL_BINARY_PEER_PAYLOADS - 1);
+        assert_eq!(level.peer_encoding(), Encoding::Json);
+        let shared = level.clone();
+        shared.publish(FEATURE_LEVEL_BINARY_PEER_PAYLOADS);
+        assert_eq!(level.peer_encoding(), Encoding::BinaryV1);
+        level.publish(FEATURE_LEVEL_BASE);
+        assert_eq!(
+            level.get(),
+            FEATURE_LEVEL_BINARY_PEER_PAYLOADS,
+            "never lowered"
+        );
+    }
 }

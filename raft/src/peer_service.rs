@@ -49,6 +49,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -67,9 +68,9 @@ use tokio::sync::Semaphore;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::network::{
-    AppendReply, ForwardWriteReply, PEER_MESSAGE_BYTES_MAX, ReadIndexReply, SNAPSHOT_BYTES_MAX,
-    SnapshotHeader, SnapshotReply, StreamAppendReply, TransferLeaderReply, VoteReply, decode,
-    encode,
+    AppendReply, DecodeError, Encoding, ForwardWriteReply, PEER_MESSAGE_BYTES_MAX, ReadIndexReply,
+    SNAPSHOT_BYTES_MAX, SnapshotHeader, SnapshotReply, StreamAppendReply, TransferLeaderReply,
+    VoteReply, decode, encode, encoding_of,
 };
 use crate::types::{NodeId, Raft, Snapshot, SnapshotData, StoredMembership, TypeConfig, Vote};
 
@@ -162,11 +163,12 @@ impl PeerService {
         self.senders.node_id
     }
 
-    /// Admits the sender and decodes the payload; returns the sender's id.
+    /// Admits the sender and decodes the payload; returns who to answer,
+    /// and how.
     async fn open<T: DeserializeOwned>(
         &self,
         request: Request<PeerMessage>,
-    ) -> Result<(NodeId, T), Status> {
+    ) -> Result<(Requester, T), Status> {
         let certified = self.certified_sender(&request)?;
         let message = request.into_inner();
         check_claim(certified, message.from_node)?;
@@ -174,7 +176,7 @@ impl PeerService {
             .admit(message.from_node, message.to_node, None)
             .await?;
         let body = decode(&message.payload).map_err(|error| undecodable("payload", &error))?;
-        Ok((message.from_node, body))
+        Ok((Requester::of(&message), body))
     }
 
     /// [`PeerService::open`] for a leader's AppendEntries: decoded first, so
@@ -183,7 +185,7 @@ impl PeerService {
     async fn open_append(
         &self,
         request: Request<PeerMessage>,
-    ) -> Result<(NodeId, AppendEntriesRequest<TypeConfig>), Status> {
+    ) -> Result<(Requester, AppendEntriesRequest<TypeConfig>), Status> {
         let certified = self.certified_sender(&request)?;
         let message = request.into_inner();
         check_claim(certified, message.from_node)?;
@@ -192,7 +194,7 @@ impl PeerService {
         self.senders
             .admit(message.from_node, message.to_node, Some(&body.vote))
             .await?;
-        Ok((message.from_node, body))
+        Ok((Requester::of(&message), body))
     }
 
     /// Collects a snapshot transfer: the sender's id, the header, and exactly
@@ -201,7 +203,7 @@ impl PeerService {
         &self,
         mut chunks: Streaming<SnapshotChunk>,
         certified: Option<NodeId>,
-    ) -> Result<(NodeId, SnapshotHeader, SnapshotData), Status> {
+    ) -> Result<(Requester, SnapshotHeader, SnapshotData), Status> {
         let first = next_chunk(&mut chunks)
             .await?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))?;
@@ -209,6 +211,7 @@ impl PeerService {
         check_claim(certified, from)?;
         let header: SnapshotHeader =
             decode(&first.header).map_err(|error| undecodable("snapshot header", &error))?;
+        let header_encoding = encoding_of(&first.header);
         self.senders.admit(from, to, Some(&header.vote)).await?;
         if header.size_bytes > SNAPSHOT_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
@@ -264,7 +267,11 @@ impl PeerService {
             Status::resource_exhausted(format!("cannot spool a snapshot to disk: {error}"))
         })?;
 
-        Ok((from, header, data))
+        let requester = Requester {
+            node: from,
+            encoding: header_encoding,
+        };
+        Ok((requester, header, data))
     }
 
     /// Resolves once this replica's Raft core has stopped (its metrics
@@ -274,12 +281,30 @@ impl PeerService {
         async move { while metrics.changed().await.is_ok() {} }
     }
 
-    fn reply<T: Serialize>(&self, to_node: NodeId, body: &T) -> Response<PeerMessage> {
+    /// The answer to `to`, in the encoding of its request.
+    fn reply<T: Serialize>(&self, to: Requester, body: &T) -> Response<PeerMessage> {
         Response::new(PeerMessage {
             from_node: self.node_id(),
-            to_node,
-            payload: encode(body),
+            to_node: to.node,
+            payload: encode(body, to.encoding),
         })
+    }
+}
+
+/// Who sent a request, and in which encoding: its reply goes back in the
+/// same one, which the requester is sure to read (see `network::wire`).
+#[derive(Debug, Clone, Copy)]
+struct Requester {
+    node: NodeId,
+    encoding: Encoding,
+}
+
+impl Requester {
+    fn of(message: &PeerMessage) -> Self {
+        Requester {
+            node: message.from_node,
+            encoding: encoding_of(&message.payload),
+        }
     }
 }
 
@@ -303,7 +328,7 @@ fn check_claim(certified: Option<NodeId>, claimed: NodeId) -> Result<(), Status>
     }
 }
 
-fn undecodable(what: &str, error: &serde_json::Error) -> Status {
+fn undecodable(what: &str, error: &DecodeError) -> Status {
     Status::invalid_argument(format!(
         "undecodable {what} (is the sender another Palisade version?): {error}"
     ))
@@ -463,6 +488,10 @@ impl RaftPeer for PeerService {
         let refusal: Arc<Mutex<Option<Status>>> = Arc::default();
         // The sender, fixed by the first request; every reply goes to it.
         let requester: Arc<OnceLock<NodeId>> = Arc::default();
+        // Whether the last request was in the binary encoding: the replies
+        // follow (a sender moves from JSON to binary when the cluster's
+        // level rises, never back).
+        let binary_requests: Arc<AtomicBool> = Arc::default();
         let certified = self.certified_sender(&request)?;
 
         let requests = AppendRequests {
@@ -471,6 +500,7 @@ impl RaftPeer for PeerService {
             senders: self.senders.clone(),
             refusal: Arc::clone(&refusal),
             requester: Arc::clone(&requester),
+            binary_requests: Arc::clone(&binary_requests),
             raft_stopped: Box::pin(self.raft_stopped()),
         };
         let input = futures::stream::unfold(requests, |mut requests| async move {
@@ -487,7 +517,14 @@ impl RaftPeer for PeerService {
                     from_node: node_id,
                     // A reply exists only for an admitted request, which set it.
                     to_node: requester.get().copied().unwrap_or_default(),
-                    payload: encode(&reply),
+                    payload: encode(
+                        &reply,
+                        if binary_requests.load(Ordering::Relaxed) {
+                            Encoding::BinaryV1
+                        } else {
+                            Encoding::Json
+                        },
+                    ),
                 })
             });
         // No stream outlives the Raft: an idle replication stream would
@@ -581,7 +618,7 @@ impl RaftPeer for PeerService {
         {
             tracing::warn!(
                 node_id = self.node_id(),
-                from_node = from,
+                from_node = from.node,
                 command = command.name(),
                 "refused a forwarded leader-internal command"
             );
@@ -603,7 +640,7 @@ impl RaftPeer for PeerService {
             "forwarded_write",
             trace_id = %context.trace_id,
             node_id = self.node_id(),
-            from_node = from,
+            from_node = from.node,
             command = command.name(),
         );
         palisade_metrics::trace::link_span(&span, &context);
@@ -663,6 +700,8 @@ struct AppendRequests {
     senders: SenderCheck,
     refusal: Arc<Mutex<Option<Status>>>,
     requester: Arc<OnceLock<NodeId>>,
+    /// Set from each request's encoding; the replies follow it.
+    binary_requests: Arc<AtomicBool>,
     /// Ends the input when the Raft stops: openraft's reader task holds the
     /// input until it ends, and with it the HTTP/2 stream.
     raft_stopped: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -706,6 +745,10 @@ impl AppendRequests {
         match request {
             Ok(request) => {
                 self.requester.get_or_init(|| message.from_node);
+                self.binary_requests.store(
+                    encoding_of(&message.payload) == Encoding::BinaryV1,
+                    Ordering::Relaxed,
+                );
                 Some(request)
             }
             Err(status) => {

@@ -53,6 +53,7 @@ use palisade_storage::{Saved, SnapshotFiles};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::feature_level::ClusterLevel;
 use crate::hooks::{FaultPoint, FaultPoints};
 use crate::receipt_store::{DiskReceipts, ReceiptFiles};
 use crate::types::{
@@ -295,6 +296,9 @@ struct Shared {
     applied_index: watch::Sender<u64>,
     /// Request handlers waiting on particular sandboxes ([`crate::waiters`]).
     waiters: Arc<SandboxWaiters>,
+    /// The state's feature level, published after a raise is applied or a
+    /// snapshot installed (the peer transport reads it per message).
+    cluster_level: ClusterLevel,
 }
 
 /// Read access to the replica's applied state, cheap to clone.
@@ -308,6 +312,11 @@ impl StateHandle {
     pub fn read<T>(&self, read: impl FnOnce(&AppliedState) -> T) -> T {
         let guard = self.shared.applied.read().unwrap_or_else(poisoned);
         read(&guard)
+    }
+
+    /// The applied feature level, readable without the state's lock.
+    pub fn cluster_level(&self) -> ClusterLevel {
+        self.shared.cluster_level.clone()
     }
 
     /// Whether a panic left the applied state half-applied (see the module
@@ -505,6 +514,7 @@ impl LifecycleStateMachine {
         };
         let receipts_measured = applied.state.receipts.encoded_bytes().min(measured);
         let census = Census::of(&applied.state);
+        let cluster_level = ClusterLevel::new(applied.state.feature_level);
         let index = applied.last_applied.as_ref().map_or(0, |id| id.index);
         let (applied_index, _) = watch::channel(index);
         let events = EventLog {
@@ -523,6 +533,7 @@ impl LifecycleStateMachine {
                 census: Mutex::new(census),
                 applied_index,
                 waiters: Arc::default(),
+                cluster_level,
             }),
             snapshots: Arc::new(snapshots),
             receipt_files,
@@ -806,6 +817,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
             let (entry, responder) = item?;
             let log_id = entry.log_id();
             let mut event = None;
+            let mut raises_level = false;
             if let EntryPayload::Normal(command) = &entry.payload
                 && let (palisade_lifecycle::Command::RaiseFeatureLevel { level }, _) =
                     command.unattributed()
@@ -813,6 +825,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                 let current = self.read_state(|state| state.feature_level)?;
                 if *level > current {
                     self.entering_level(|| format!("log entry {}", log_id.index), *level)?;
+                    raises_level = true;
                 }
             }
             let response = {
@@ -874,6 +887,9 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                     EntryPayload::Blank => Ok(Outcome::NotACommand),
                 };
                 guard.last_applied = Some(log_id);
+                if raises_level {
+                    self.shared.cluster_level.publish(guard.state.feature_level);
+                }
                 response
             };
             last_index = Some(log_id.index);
@@ -969,6 +985,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
         let census = Census::of(&state);
         let replaced = {
             let mut guard = self.write()?;
+            self.shared.cluster_level.publish(state.feature_level);
             *self.shared.census.lock().map_err(poisoned_io)? = census;
             self.shared
                 .bytes

@@ -1,9 +1,11 @@
 //! Golden files of the versioned on-disk formats, checked in under
 //! `raft/testdata/`, decoded by every later release:
 //!
-//! - `log-entries/vN/<Variant>.json`: one log entry per `Command` variant,
-//!   exactly as the log store keeps it (the JSON of openraft's entry; the
-//!   log database's layout version is its `format` record, version 1);
+//! - `log-entries/vN/<Variant>.json` (v1) and `.bin` (v2 on): one log
+//!   entry per `Command` variant, exactly as the log store keeps it: the
+//!   JSON of openraft's entry in v1, its binary encoding
+//!   (`palisade_codec::Encoding::BinaryV1`) from v2, the log database's
+//!   `format` 4;
 //! - `snapshots/vN/snapshot`: a snapshot file (`PSNP`, format version 1)
 //!   of a state holding workspaces, sandboxes, owned records, receipts,
 //!   tokens and the cluster identity;
@@ -13,7 +15,10 @@
 //! read what an earlier one wrote fails here), and the current version
 //! must have a log entry for every `Command` variant: the variants are read
 //! from the enum itself (serde's list of expected variants), so a new
-//! variant without a golden file fails this test. To add one: give it a
+//! variant without a golden file fails this test. The current version's
+//! binary entries must also be byte for byte what this build writes for
+//! their sample, so a change of the encoding is a decision (a new version
+//! directory), not an accident. To add one: give it a
 //! sample in [`samples`] and run
 //! `PALISADE_WRITE_GOLDEN=1 cargo test -p palisade-raft --test golden_formats`,
 //! which writes only the files that are missing (a golden file is never
@@ -30,9 +35,27 @@ use palisade_lifecycle::{
 };
 use palisade_raft::{Entry, LogId, SnapshotMeta, StoredMembership};
 
-/// The version this build writes (log-entry JSON, snapshot and backup
-/// files are all at 1).
+/// The version of the snapshot and backup files this build writes.
 const CURRENT: &str = "v1";
+
+/// The version of the log entries this build writes: v2, the binary
+/// encoding (v1 was JSON).
+const ENTRIES_CURRENT: &str = "v2";
+
+/// What the log store writes for an entry (before its record's checksum).
+fn stored_entry(entry: &Entry) -> Vec<u8> {
+    palisade_codec::encode(entry, palisade_codec::Encoding::BinaryV1).unwrap()
+}
+
+/// The golden file of a log entry in `version`.
+fn entry_file(version: &Path, variant: &str) -> PathBuf {
+    let extension = if version.ends_with("v1") {
+        "json"
+    } else {
+        "bin"
+    };
+    version.join(format!("{variant}.{extension}"))
+}
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata")
@@ -263,7 +286,7 @@ fn sample_state(count: usize) -> State {
     state
 }
 
-fn version_dirs(kind: &str) -> Vec<PathBuf> {
+fn version_dirs(kind: &str, current: &str) -> Vec<PathBuf> {
     let dir = testdata().join(kind);
     let mut versions: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
@@ -272,8 +295,8 @@ fn version_dirs(kind: &str) -> Vec<PathBuf> {
         .collect();
     versions.sort();
     assert!(
-        versions.iter().any(|path| path.ends_with(CURRENT)),
-        "{}: no {CURRENT}",
+        versions.iter().any(|path| path.ends_with(current)),
+        "{}: no {current}",
         dir.display()
     );
     versions
@@ -289,26 +312,38 @@ fn every_command_variant_has_a_golden_log_entry_of_the_current_version() {
         unsampled.is_empty(),
         "Command variants without a sample in golden_formats.rs::samples(): {unsampled:?}"
     );
-    let dir = testdata().join("log-entries").join(CURRENT);
+    let dir = testdata().join("log-entries").join(ENTRIES_CURRENT);
     let mut missing = Vec::new();
+    let mut changed = Vec::new();
     for (offset, command) in samples().into_iter().enumerate() {
         let variant = variant_of(&command);
-        let path = dir.join(format!("{variant}.json"));
-        if path.exists() {
-            continue;
-        }
-        if write_missing() {
-            std::fs::create_dir_all(&dir).unwrap();
-            let entry = Entry::new_normal(LogId::new(1.into(), offset as u64 + 1), command);
-            // Exactly what the log store writes for an entry.
-            std::fs::write(&path, serde_json::to_vec(&entry).unwrap()).unwrap();
-        } else {
-            missing.push(variant);
+        let path = entry_file(&dir, &variant);
+        let entry = Entry::new_normal(LogId::new(1.into(), offset as u64 + 1), command);
+        let written = stored_entry(&entry);
+        match std::fs::read(&path) {
+            Ok(golden) => {
+                if golden != written {
+                    changed.push(variant);
+                }
+            }
+            Err(_) if write_missing() => {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, written).unwrap();
+            }
+            Err(_) => missing.push(variant),
         }
     }
     assert!(
         missing.is_empty(),
         "no golden log entry in {} for {missing:?}: add a sample and run with PALISADE_WRITE_GOLDEN=1",
+        dir.display()
+    );
+    assert!(
+        changed.is_empty(),
+        "this build encodes the samples of {changed:?} differently from their golden files in \
+         {}: the log's encoding changed. Older bytes must still decode (the test of every \
+         version checks it); to make the change deliberate, start a new version directory \
+         (ENTRIES_CURRENT) and write it with PALISADE_WRITE_GOLDEN=1. Never rewrite a file.",
         dir.display()
     );
 }
@@ -317,11 +352,11 @@ fn every_command_variant_has_a_golden_log_entry_of_the_current_version() {
 fn golden_log_entries_of_every_version_decode_and_apply() {
     let variants = command_variants();
     let mut decoded = 0;
-    for version in version_dirs("log-entries") {
+    for version in version_dirs("log-entries", ENTRIES_CURRENT) {
         for file in std::fs::read_dir(&version).unwrap() {
             let path = file.unwrap().path();
             let bytes = std::fs::read(&path).unwrap();
-            let entry: Entry = serde_json::from_slice(&bytes)
+            let entry: Entry = palisade_codec::decode(&bytes)
                 .unwrap_or_else(|error| panic!("{} does not decode: {error}", path.display()));
             let EntryPayload::Normal(command) = &entry.payload else {
                 panic!("{}: not a command entry", path.display());
@@ -379,7 +414,7 @@ async fn golden_snapshots_of_every_version_open() {
             .save(&meta, &serde_json::to_vec(&state).unwrap())
             .unwrap();
     }
-    for version in version_dirs("snapshots") {
+    for version in version_dirs("snapshots", CURRENT) {
         let copy = tempfile::tempdir().unwrap();
         std::fs::copy(version.join("snapshot"), copy.path().join("snapshot"))
             .unwrap_or_else(|error| panic!("{}: {error}", version.display()));
@@ -418,7 +453,7 @@ fn golden_backups_of_every_version_decode() {
         std::fs::create_dir_all(&current).unwrap();
         std::fs::write(&file, backup::encode(&header, &state)).unwrap();
     }
-    for version in version_dirs("backups") {
+    for version in version_dirs("backups", CURRENT) {
         let path = version.join("cluster.backup");
         let bytes =
             std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));

@@ -12,7 +12,10 @@
 //! - the unary AppendEntries and PreVote paths carry openraft's answers;
 //! - a learner added after the log was purged is caught up by a chunked
 //!   snapshot;
-//! - an unreachable peer is `Unreachable` and a silent one is `Timeout`.
+//! - an unreachable peer is `Unreachable` and a silent one is `Timeout`;
+//! - payloads are JSON until the cluster's feature level allows the binary
+//!   encoding, binary after (replication and forwarded writes go on across
+//!   the switch), and a reply follows its request's encoding.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,9 +29,12 @@ use openraft::errors::RPCError;
 use openraft::network::RPCOption;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use openraft::{BasicNode, Config, RaftNetworkFactory, RaftNetworkV2};
+use palisade_codec::Encoding;
 use palisade_lifecycle::Command;
 use palisade_proto::peer::PeerMessage;
 use palisade_proto::peer::raft_peer_client::RaftPeerClient;
+use palisade_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
+use palisade_raft::feature_level::{ClusterLevel, FEATURE_LEVEL_BINARY_PEER_PAYLOADS};
 use palisade_raft::network::{ForwardError, PeerClients};
 use palisade_raft::peer_service::PeerService;
 use palisade_raft::{LifecycleStateMachine, NodeId, Raft, StateHandle, TypeConfig, Vote};
@@ -106,7 +112,7 @@ async fn start_replica(id: NodeId, listener: TcpListener, dir: &Path) -> Result<
     })
     .await??;
     let state = state_machine.handle();
-    let clients = PeerClients::new(id);
+    let clients = PeerClients::new(id).with_cluster_level(state.cluster_level());
     let raft = Raft::new(
         id,
         config()?,
@@ -537,5 +543,188 @@ async fn unreachable_and_silent_peers() -> Result<()> {
         started.elapsed()
     );
     hold.abort();
+    Ok(())
+}
+
+/// A peer that answers only `ReadIndex` (with 7, in the request's
+/// encoding) and records the encoding of every request it gets.
+#[derive(Clone, Default)]
+struct SpyPeer {
+    seen: Arc<std::sync::Mutex<Vec<Encoding>>>,
+}
+
+type SpyStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<PeerMessage, tonic::Status>> + Send + 'static>,
+>;
+
+#[tonic::async_trait]
+impl RaftPeer for SpyPeer {
+    type StreamAppendStream = SpyStream;
+    async fn append_entries(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn stream_append(
+        &self,
+        _: tonic::Request<tonic::Streaming<PeerMessage>>,
+    ) -> Result<tonic::Response<SpyStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn vote(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn pre_vote(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn install_snapshot(
+        &self,
+        _: tonic::Request<tonic::Streaming<palisade_proto::peer::SnapshotChunk>>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn transfer_leader(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn forward_write(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+    async fn read_index(
+        &self,
+        request: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        let message = request.into_inner();
+        let encoding = Encoding::of(&message.payload)
+            .map_err(|error| tonic::Status::invalid_argument(error.to_string()))?;
+        self.seen.lock().unwrap().push(encoding);
+        let reply: Result<u64, String> = Ok(7);
+        Ok(tonic::Response::new(PeerMessage {
+            from_node: message.to_node,
+            to_node: message.from_node,
+            payload: palisade_codec::encode(&reply, encoding).unwrap(),
+        }))
+    }
+    async fn supported_feature_level(
+        &self,
+        _: tonic::Request<PeerMessage>,
+    ) -> Result<tonic::Response<PeerMessage>, tonic::Status> {
+        Err(tonic::Status::unimplemented("spy"))
+    }
+}
+
+/// What a replica sends follows the cluster's feature level: JSON below
+/// `FEATURE_LEVEL_BINARY_PEER_PAYLOADS` (an older release among the voters
+/// decodes nothing else), binary from it.
+#[tokio::test]
+async fn requests_are_json_below_the_binary_level_and_binary_from_it() -> Result<()> {
+    let (listener, addr) = bind().await?;
+    let spy = SpyPeer::default();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RaftPeerServer::new(spy.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let below = PeerClients::new(1)
+        .with_cluster_level(ClusterLevel::new(FEATURE_LEVEL_BINARY_PEER_PAYLOADS - 1));
+    let at = PeerClients::new(1)
+        .with_cluster_level(ClusterLevel::new(FEATURE_LEVEL_BINARY_PEER_PAYLOADS));
+    ensure!(below.read_index(2, &addr, WAIT).await? == 7);
+    ensure!(at.read_index(2, &addr, WAIT).await? == 7);
+    ensure!(PeerClients::new(1).read_index(2, &addr, WAIT).await? == 7);
+    let seen = spy.seen.lock().unwrap().clone();
+    ensure!(
+        seen == [Encoding::Json, Encoding::BinaryV1, Encoding::Json],
+        "encodings sent: {seen:?}"
+    );
+    server.abort();
+    Ok(())
+}
+
+/// A real cluster across the switch: before the raise every replica sends
+/// JSON; the raise to the binary level is applied everywhere; replication,
+/// a forwarded write and a replica's raw request in either encoding work
+/// after it, each answered in its own encoding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_switches_to_the_binary_encoding_when_its_level_allows() -> Result<()> {
+    let dir = TempDir::new()?;
+    let replicas = start_cluster(3, dir.path()).await?;
+    let leader = agreed_leader(&replicas).await?;
+    for replica in &replicas {
+        ensure!(replica.state.cluster_level().peer_encoding() == Encoding::Json);
+    }
+    let leader_raft = replica(&replicas, leader).raft.clone();
+    let raised = leader_raft
+        .client_write(Command::RaiseFeatureLevel {
+            level: FEATURE_LEVEL_BINARY_PEER_PAYLOADS,
+        })
+        .await?;
+    ensure!(raised.data.is_ok(), "{:?}", raised.data);
+    for replica in &replicas {
+        wait_applied(&replica.state, raised.log_id.index).await?;
+        ensure!(
+            replica.state.cluster_level().peer_encoding() == Encoding::BinaryV1,
+            "node {} still sends JSON after applying the raise",
+            replica.id
+        );
+    }
+
+    let follower = replicas
+        .iter()
+        .find(|replica| replica.id != leader)
+        .context("a follower")?;
+    let leader_addr = replica(&replicas, leader).addr.clone();
+    let response = follower
+        .clients
+        .forward_write(
+            leader,
+            &leader_addr,
+            create_workspace("after-the-switch"),
+            FORWARD_TIMEOUT,
+        )
+        .await?;
+    ensure!(response.data.is_ok(), "{:?}", response.data);
+    for replica in &replicas {
+        wait_applied(&replica.state, response.log_id.index).await?;
+        ensure!(
+            replica
+                .state
+                .read(|applied| { applied.state.workspaces.contains_key("after-the-switch") })
+        );
+    }
+
+    // The leader answers a request in the request's encoding.
+    let mut raw = RaftPeerClient::connect(format!("http://{leader_addr}")).await?;
+    for encoding in [Encoding::Json, Encoding::BinaryV1] {
+        let reply = raw
+            .read_index(PeerMessage {
+                from_node: follower.id,
+                to_node: leader,
+                payload: palisade_codec::encode(&(), encoding)?,
+            })
+            .await?
+            .into_inner();
+        ensure!(
+            Encoding::of(&reply.payload)? == encoding,
+            "a {encoding:?} request was answered in another encoding"
+        );
+        let index: Result<u64, String> = palisade_codec::decode(&reply.payload)?;
+        ensure!(index.is_ok(), "{index:?}");
+    }
+    for replica in replicas {
+        replica.stop().await?;
+    }
     Ok(())
 }

@@ -16,7 +16,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::log_store::FORMAT_VERSION;
+use crate::log_store::{FORMAT_CURRENT, FORMAT_VERSION};
 
 /// Names a record in the log database, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,8 +121,8 @@ pub enum LogStoreError {
 
     /// The database was written by an incompatible release.
     #[error(
-        "the log database {path} has format version {found} but this build reads version \
-         {FORMAT_VERSION}; run the palisade release that wrote it"
+        "the log database {path} has format version {found} but this build reads versions \
+         {FORMAT_VERSION} to {FORMAT_CURRENT}; run the palisade release that wrote it"
     )]
     UnsupportedFormat {
         /// The database file.
@@ -197,7 +197,7 @@ pub enum LogStoreError {
         record: RecordKey,
         /// The decoding error.
         #[source]
-        source: serde_json::Error,
+        source: palisade_codec::DecodeError,
     },
 
     /// A value could not be serialized.
@@ -207,7 +207,7 @@ pub enum LogStoreError {
         record: RecordKey,
         /// The encoding error.
         #[source]
-        source: serde_json::Error,
+        source: palisade_codec::EncodeError,
     },
 
     /// An append does not continue the log.

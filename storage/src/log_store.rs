@@ -11,7 +11,9 @@
 //! - directory [`SEGMENTS_DIR`](crate::segment_log::SEGMENTS_DIR): the
 //!   entries, one checksummed record each, in segment files (see
 //!   [`segment_log`](crate::segment_log) for their format and how a crash
-//!   is recovered from).
+//!   is recovered from). An entry's payload is in `palisade_codec`'s
+//!   binary encoding; entries written before [`FORMAT_BINARY_ENTRIES`] are
+//!   JSON, and both decode (the first byte tells them apart).
 //!
 //! Every record carries a CRC-32 over its key and payload (see the
 //! crate-private `record` module), verified on every read.
@@ -28,6 +30,13 @@
 //! so both refuse it at open, before reading anything. The owner's own
 //! version moved to the `level` record (a database whose `format` was
 //! below 3 held the level there, and the move copies it).
+//!
+//! Opening a database below [`FORMAT_BINARY_ENTRIES`] raises `format` to
+//! it: new entries are written in the binary encoding, which the releases
+//! of [`FORMAT_SEGMENTS`] cannot decode (they refuse the first such entry
+//! by name). A `format` above [`FORMAT_CURRENT`] that is not the owner's
+//! level (which [`FormatRecord::raise`] copies into it) is a newer layout,
+//! refused at open.
 //!
 //! # Durability, and a writer thread
 //!
@@ -126,6 +135,7 @@ use openraft::storage::IOFlushed;
 use openraft::storage::LogState;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
+use palisade_codec::Encoding;
 use redb::Database;
 use redb::Durability;
 use redb::ReadableDatabase;
@@ -160,6 +170,17 @@ pub(crate) const FORMAT_VERSION: u32 = 1;
 /// module doc): above every level an older release supports, so that it
 /// refuses the database.
 pub const FORMAT_SEGMENTS: u32 = 3;
+
+/// The `format` from which new entries are written in the binary encoding
+/// (`palisade_codec`; older entries stay JSON, both decode). The releases
+/// of [`FORMAT_SEGMENTS`] decode only JSON entries; they check no upper
+/// bound of `format`, so they open such a database and refuse its first
+/// binary entry ("does not decode ... written by another palisade
+/// release"). This release and later ones refuse a newer layout at open.
+pub const FORMAT_BINARY_ENTRIES: u32 = 4;
+
+/// The layout this release writes.
+pub const FORMAT_CURRENT: u32 = FORMAT_BINARY_ENTRIES;
 
 /// Most writes the writer makes durable together: a bound on one group,
 /// far above what openraft queues between two commits.
@@ -713,7 +734,7 @@ impl<C: RaftTypeConfig> LogReader<C> {
         let Some((_, json)) = &point.target else {
             return Ok(None);
         };
-        serde_json::from_slice(json)
+        palisade_codec::decode(json)
             .map(Some)
             .map_err(|source| LogStoreError::Undecodable {
                 record: RecordKey::Meta {
@@ -919,7 +940,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         tracing::debug!(?log_id, "purging the log up to");
         // At once for readers, on disk by the writer: see the module doc.
-        let json = serde_json::to_vec(&log_id).map_err(|source| {
+        let json = palisade_codec::encode(&log_id, Encoding::Json).map_err(|source| {
             io::Error::from(LogStoreError::Encode {
                 record: RecordKey::Meta {
                     name: META_LAST_PURGED,
@@ -995,7 +1016,7 @@ impl FormatRecord {
 
 /// Checks the database's format and makes it this release's (see the
 /// module doc): the entries of an older release's `log` table move to a
-/// segment file under `segments_dir`, `format` becomes [`FORMAT_SEGMENTS`]
+/// segment file under `segments_dir`, `format` becomes [`FORMAT_CURRENT`]
 /// and the owner's version moves to the `level` record. Returns the last
 /// purged log id on disk (its index and JSON).
 fn move_legacy_entries<C: RaftTypeConfig>(
@@ -1057,31 +1078,37 @@ fn move_legacy_entries<C: RaftTypeConfig>(
         }
         let mut meta = open_meta_write(txn)?;
         let format = read_meta::<u32>(&meta, META_FORMAT)?;
+        let level = read_meta::<u32>(&meta, META_LEVEL)?;
         if let Some(found) = format
-            && found < FORMAT_VERSION
+            && (found < FORMAT_VERSION
+                || (found > FORMAT_CURRENT && level.is_none_or(|level| found > level)))
         {
+            // `format` above this layout is either the owner's level (which
+            // `raise` copies there, and the owner checks) or a newer layout.
             return Err(LogStoreError::UnsupportedFormat {
                 path: path.to_path_buf(),
                 found,
             });
         }
-        if read_meta::<u32>(&meta, META_LEVEL)?.is_none() {
+        if level.is_none() {
             // Below FORMAT_SEGMENTS the format was the owner's version; a
             // database without either is new.
             let level = format.unwrap_or(FORMAT_VERSION);
             write_meta(&mut meta, META_LEVEL, &level)?;
         }
-        if format.is_none_or(|format| format < FORMAT_SEGMENTS) {
-            write_meta(&mut meta, META_FORMAT, &FORMAT_SEGMENTS)?;
+        if format.is_none_or(|format| format < FORMAT_CURRENT) {
+            write_meta(&mut meta, META_FORMAT, &FORMAT_CURRENT)?;
         }
         let last_purged: Option<LogIdOf<C>> = read_meta(&meta, META_LAST_PURGED)?;
         last_purged
             .map(|log_id| {
-                let json = serde_json::to_vec(&log_id).map_err(|source| LogStoreError::Encode {
-                    record: RecordKey::Meta {
-                        name: META_LAST_PURGED,
-                    },
-                    source,
+                let json = palisade_codec::encode(&log_id, Encoding::Json).map_err(|source| {
+                    LogStoreError::Encode {
+                        record: RecordKey::Meta {
+                            name: META_LAST_PURGED,
+                        },
+                        source,
+                    }
                 })?;
                 Ok((log_id.index(), json))
             })
@@ -1092,9 +1119,11 @@ fn move_legacy_entries<C: RaftTypeConfig>(
 /// An entry as it is stored: its index and its record (CRC + JSON).
 fn encode_entry<C: RaftTypeConfig>(entry: &C::Entry) -> Result<(u64, Arc<[u8]>), LogStoreError> {
     let index = entry.index();
-    let payload = serde_json::to_vec(entry).map_err(|source| LogStoreError::Encode {
-        record: RecordKey::Entry { index },
-        source,
+    let payload = palisade_codec::encode(entry, Encoding::BinaryV1).map_err(|source| {
+        LogStoreError::Encode {
+            record: RecordKey::Entry { index },
+            source,
+        }
     })?;
     Ok((index, record::encode(&index.to_be_bytes(), &payload).into()))
 }
@@ -1457,7 +1486,7 @@ fn decode_entry<C: RaftTypeConfig>(index: u64, stored: &[u8]) -> Result<C::Entry
             problem,
         })?;
     let entry: C::Entry =
-        serde_json::from_slice(payload).map_err(|source| LogStoreError::Undecodable {
+        palisade_codec::decode(payload).map_err(|source| LogStoreError::Undecodable {
             record: key,
             source,
         })?;
@@ -1509,7 +1538,7 @@ fn read_meta<T: DeserializeOwned>(
     };
     let payload = record::decode(name.as_bytes(), stored.value())
         .map_err(|problem| LogStoreError::Corrupt { record, problem })?;
-    let value = serde_json::from_slice(payload)
+    let value = palisade_codec::decode(payload)
         .map_err(|source| LogStoreError::Undecodable { record, source })?;
     Ok(Some(value))
 }
@@ -1519,10 +1548,11 @@ fn write_meta<T: Serialize>(
     name: &'static str,
     value: &T,
 ) -> Result<(), LogStoreError> {
-    let payload = serde_json::to_vec(value).map_err(|source| LogStoreError::Encode {
-        record: RecordKey::Meta { name },
-        source,
-    })?;
+    let payload =
+        palisade_codec::encode(value, Encoding::Json).map_err(|source| LogStoreError::Encode {
+            record: RecordKey::Meta { name },
+            source,
+        })?;
     write_meta_json(meta, name, &payload)
 }
 
@@ -2259,7 +2289,7 @@ mod tests {
         {
             let mut log = txn.open_table(LEGACY_LOG_TABLE).unwrap();
             for index in indexes.clone() {
-                let (_, stored) = encode_entry::<TestConfig>(&blank(1, index)).unwrap();
+                let stored = json_record(&blank(1, index));
                 log.insert(index, &*stored).unwrap();
             }
             let mut meta = txn.open_table(META_TABLE).unwrap();
@@ -2269,6 +2299,12 @@ mod tests {
             write_meta(&mut meta, META_LAST_PURGED, &log_id(1, indexes.start - 1)).unwrap();
         }
         txn.commit().unwrap();
+    }
+
+    /// An entry's record as releases before the binary encoding wrote it.
+    fn json_record(entry: &<TestConfig as RaftTypeConfig>::Entry) -> Vec<u8> {
+        let json = serde_json::to_vec(entry).unwrap();
+        record::encode(&entry.index().to_be_bytes(), &json)
     }
 
     fn format_on_disk(dir: &Path) -> Option<u32> {
@@ -2301,7 +2337,7 @@ mod tests {
         assert_eq!(store.format_record().version().unwrap(), 2);
         store.blocking_append([blank(1, 20)]).await.unwrap();
         drop(store);
-        assert_eq!(format_on_disk(dir.path()), Some(FORMAT_SEGMENTS));
+        assert_eq!(format_on_disk(dir.path()), Some(FORMAT_CURRENT));
         {
             let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
             let txn = db.begin_read().unwrap();
@@ -2316,16 +2352,83 @@ mod tests {
         assert_eq!(store.verify().unwrap(), 11);
         assert_eq!(store.format_record().version().unwrap(), 2);
 
-        // A new log: level 1, format FORMAT_SEGMENTS.
+        // A new log: level 1, format FORMAT_CURRENT.
         let fresh = tempfile::tempdir().unwrap();
         let store = Store::open(fresh.path()).unwrap();
         assert_eq!(store.format_record().version().unwrap(), FORMAT_VERSION);
-        store.format_record().raise(4).unwrap();
+        store.format_record().raise(FORMAT_CURRENT + 2).unwrap();
         drop(store);
         assert_eq!(
             format_on_disk(fresh.path()),
-            Some(4),
+            Some(FORMAT_CURRENT + 2),
             "format follows a higher level"
+        );
+        // ... and this release still opens it: the owner checks its level.
+        drop(Store::open(fresh.path()).unwrap());
+    }
+
+    /// The entries of a FORMAT_SEGMENTS log are JSON: they are still read,
+    /// entries appended after them are binary, and the format rises so
+    /// that the releases that decode only JSON see why they cannot go on.
+    #[tokio::test]
+    async fn json_entries_of_the_segment_format_are_read_and_new_ones_are_binary() {
+        let dir = tempfile::tempdir().unwrap();
+        // Its entries move into a segment as they are: JSON, as a
+        // FORMAT_SEGMENTS release would have left them.
+        write_legacy_log(dir.path(), 1..6, 2);
+        let mut store = Store::open(dir.path()).unwrap();
+        store
+            .blocking_append([blank(1, 6), blank(1, 7)])
+            .await
+            .unwrap();
+        let entries = store.reader().try_get_log_entries(1..8).await.unwrap();
+        assert_eq!(
+            entries,
+            (1..8).map(|index| blank(1, index)).collect::<Vec<_>>()
+        );
+        drop(store);
+        assert_eq!(format_on_disk(dir.path()), Some(FORMAT_BINARY_ENTRIES));
+        let segments = Segments::open(&dir.path().join(segment_log::SEGMENTS_DIR), None).unwrap();
+        let stored = segments.read(1, Some(8), None).unwrap();
+        let encodings: Vec<_> = stored
+            .iter()
+            .map(|(index, stored)| {
+                let payload = record::decode(&index.to_be_bytes(), stored).unwrap();
+                palisade_codec::Encoding::of(payload).unwrap()
+            })
+            .collect();
+        use palisade_codec::Encoding::{BinaryV1, Json};
+        assert_eq!(
+            encodings,
+            [Json, Json, Json, Json, Json, BinaryV1, BinaryV1]
+        );
+    }
+
+    /// A layout newer than this release's is refused at open, by name.
+    #[tokio::test]
+    async fn a_newer_layout_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_with_entries(dir.path(), 0..3).await);
+        {
+            let db = Database::open(dir.path().join(LOG_FILE_NAME)).unwrap();
+            let txn = db.begin_write().unwrap();
+            write_meta(
+                &mut txn.open_table(META_TABLE).unwrap(),
+                META_FORMAT,
+                &(FORMAT_CURRENT + 1),
+            )
+            .unwrap();
+            txn.commit().unwrap();
+        }
+        let error = Store::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(error, LogStoreError::UnsupportedFormat { found, .. } if found == FORMAT_CURRENT + 1),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("run the palisade release that wrote it")
         );
     }
 

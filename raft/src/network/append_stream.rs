@@ -94,6 +94,7 @@ impl PeerClient {
             let progress_tx = Arc::new(progress_tx);
             let counter = Arc::clone(&progress_tx);
             let peer = self.peer.clone();
+            let cluster_level = self.cluster_level.clone();
             // Link faults (tests and chaos only): each request may be delayed,
             // or cut the stream (it and every later one are not sent, and the
             // response side reports the peer unreachable).
@@ -119,7 +120,7 @@ impl PeerClient {
             })
             .map(move |request| {
                 counter.send_modify(|progress| progress.sent += 1);
-                peer.message(encode(&request))
+                peer.message(encode(&request, cluster_level.peer_encoding()))
             })
             .chain(
                 futures::stream::once(async move {

@@ -13,7 +13,8 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::client::PeerNetworkFactory;
-use super::wire::PEER_MESSAGE_BYTES_MAX;
+use super::wire::{Encoding, PEER_MESSAGE_BYTES_MAX};
+use crate::feature_level::ClusterLevel;
 use crate::hooks::{FaultPoints, LinkFaults, LinkVerdict, PeerRpc};
 use crate::tls::TlsMaterial;
 use crate::types::NodeId;
@@ -73,6 +74,9 @@ pub(super) struct Shared {
     pub(super) fault_points: Option<Arc<dyn FaultPoints>>,
     /// Mutual TLS under the cluster CA; `None` only with `--insecure`.
     tls: Option<Arc<TlsMaterial>>,
+    /// The applied cluster feature level: whether peers decode the binary
+    /// encoding yet ([`ClusterLevel::peer_encoding`]).
+    pub(super) cluster_level: ClusterLevel,
 }
 
 #[derive(Debug)]
@@ -92,7 +96,24 @@ impl PeerClients {
                 link_faults: None,
                 fault_points: None,
                 tls: None,
+                cluster_level: ClusterLevel::default(),
             }),
+        }
+    }
+
+    /// The same settings, changed by `edit`, with no connection open yet.
+    fn rebuilt(self, edit: impl FnOnce(&mut Shared)) -> Self {
+        let mut shared = Shared {
+            node_id: self.shared.node_id,
+            channels: Mutex::new(HashMap::new()),
+            link_faults: self.shared.link_faults.clone(),
+            fault_points: self.shared.fault_points.clone(),
+            tls: self.shared.tls.clone(),
+            cluster_level: self.shared.cluster_level.clone(),
+        };
+        edit(&mut shared);
+        Self {
+            shared: Arc::new(shared),
         }
     }
 
@@ -105,15 +126,10 @@ impl PeerClients {
         link_faults: Option<Arc<dyn LinkFaults>>,
         fault_points: Option<Arc<dyn FaultPoints>>,
     ) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                node_id: self.shared.node_id,
-                channels: Mutex::new(HashMap::new()),
-                link_faults,
-                fault_points,
-                tls: self.shared.tls.clone(),
-            }),
-        }
+        self.rebuilt(|shared| {
+            shared.link_faults = link_faults;
+            shared.fault_points = fault_points;
+        })
     }
 
     /// The same connections over mutual TLS: each peer is dialed with
@@ -121,15 +137,21 @@ impl PeerClients {
     /// ([`crate::tls`]). Call it right after [`PeerClients::new`] (or
     /// [`PeerClients::with_hooks`]), before any clone is made.
     pub fn with_tls(self, tls: Option<TlsMaterial>) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                node_id: self.shared.node_id,
-                channels: Mutex::new(HashMap::new()),
-                link_faults: self.shared.link_faults.clone(),
-                fault_points: self.shared.fault_points.clone(),
-                tls: tls.map(Arc::new),
-            }),
-        }
+        self.rebuilt(|shared| shared.tls = tls.map(Arc::new))
+    }
+
+    /// The same connections, sending in the encoding `cluster_level` (the
+    /// state machine's, [`crate::StateHandle::cluster_level`]) allows:
+    /// JSON until every voter decodes the binary encoding. Without it, JSON
+    /// always. Call it right after [`PeerClients::new`], before any clone
+    /// is made.
+    pub fn with_cluster_level(self, cluster_level: ClusterLevel) -> Self {
+        self.rebuilt(|shared| shared.cluster_level = cluster_level)
+    }
+
+    /// How messages to peers are encoded now.
+    pub(crate) fn payload_encoding(&self) -> Encoding {
+        self.shared.cluster_level.peer_encoding()
     }
 
     /// The link-fault verdict for a message to `to` (deliver, without hooks).

@@ -35,6 +35,7 @@ use super::wire::{
     AppendReply, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES_MAX, SnapshotHeader, SnapshotReply,
     TransferLeaderReply, VoteReply, decode, encode,
 };
+use crate::feature_level::ClusterLevel;
 use crate::hooks::{LinkFaults, LinkVerdict, PeerRpc};
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
@@ -72,6 +73,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             },
             client,
             link_faults: self.clients.shared.link_faults.clone(),
+            cluster_level: self.clients.shared.cluster_level.clone(),
         }
     }
 }
@@ -86,6 +88,8 @@ pub struct PeerClient {
     pub(super) client: Result<RaftPeerClient<Channel>, String>,
     /// Test and chaos hooks ([`crate::hooks`]); `None` in production.
     pub(super) link_faults: Option<Arc<dyn LinkFaults>>,
+    /// Says how requests are encoded ([`ClusterLevel::peer_encoding`]).
+    pub(super) cluster_level: ClusterLevel,
 }
 
 /// Who talks to whom; builds the errors openraft expects.
@@ -270,7 +274,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .unary(
                 RPCTypes::AppendEntries,
                 option.soft_ttl(),
-                encode(&rpc),
+                encode(&rpc, self.cluster_level.peer_encoding()),
                 |mut client, request| async move { client.append_entries(request).await },
             )
             .await?;
@@ -303,7 +307,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .unary(
                 RPCTypes::Vote,
                 option.soft_ttl(),
-                encode(&rpc),
+                encode(&rpc, self.cluster_level.peer_encoding()),
                 |mut client, request| async move { client.vote(request).await },
             )
             .await?;
@@ -320,7 +324,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .unary(
                 RPCTypes::Vote,
                 option.soft_ttl(),
-                encode(&rpc),
+                encode(&rpc, self.cluster_level.peer_encoding()),
                 |mut client, request| async move { client.pre_vote(request).await },
             )
             .await?;
@@ -368,11 +372,14 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             ));
         }
 
-        let header = encode(&SnapshotHeader {
-            vote,
-            meta: snapshot.meta.clone(),
-            size_bytes,
-        });
+        let header = encode(
+            &SnapshotHeader {
+                vote,
+                meta: snapshot.meta.clone(),
+                size_bytes,
+            },
+            self.cluster_level.peer_encoding(),
+        );
         let (chunk_tx, chunk_rx) = mpsc::channel::<SnapshotChunk>(SNAPSHOT_CHUNKS_QUEUED_MAX);
         let call = client.install_snapshot(tonic::Request::new(ReceiverStream::new(chunk_rx)));
 
@@ -471,7 +478,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .unary(
                 RPCTypes::TransferLeader,
                 option.soft_ttl(),
-                encode(&req),
+                encode(&req, self.cluster_level.peer_encoding()),
                 |mut client, request| async move { client.transfer_leader(request).await },
             )
             .await?;

@@ -12,7 +12,7 @@ use palisade_proto::peer::PeerMessage;
 use tonic::Code;
 
 use super::channels::{Failure, PeerClients, classify, describe_status, is_connect_failure};
-use super::wire::{ForwardWriteReply, ReadIndexReply, decode, encode};
+use super::wire::{Encoding, ForwardWriteReply, ReadIndexReply, decode, encode};
 use crate::hooks::{FaultPoint, LinkVerdict, PeerRpc};
 use crate::types::{Node, NodeId, TypeConfig};
 
@@ -59,7 +59,7 @@ impl PeerClients {
                 let mut duplicate = tonic::Request::new(PeerMessage {
                     from_node: self.node_id(),
                     to_node: leader,
-                    payload: encode(&command),
+                    payload: encode(&command, self.payload_encoding()),
                 });
                 duplicate.set_timeout(timeout);
                 let mut copy = client.clone();
@@ -70,7 +70,7 @@ impl PeerClients {
         let mut request = tonic::Request::new(PeerMessage {
             from_node: self.node_id(),
             to_node: leader,
-            payload: encode(&command),
+            payload: encode(&command, self.payload_encoding()),
         });
         request.set_timeout(timeout);
         // The request's trace goes with it, so the leader's lines carry it.
@@ -186,7 +186,7 @@ impl PeerClients {
         let mut request = tonic::Request::new(PeerMessage {
             from_node: self.node_id(),
             to_node: leader,
-            payload: encode(&()),
+            payload: encode(&(), self.payload_encoding()),
         });
         request.set_timeout(timeout);
         let reply = match tokio::time::timeout(timeout, client.read_index(request)).await {
@@ -242,7 +242,9 @@ impl PeerClients {
         let mut request = tonic::Request::new(PeerMessage {
             from_node: self.node_id(),
             to_node: target,
-            payload: encode(&()),
+            // Always JSON: the question goes to replicas of any release,
+            // before the level that allows the binary encoding is known.
+            payload: encode(&(), Encoding::Json),
         });
         request.set_timeout(timeout);
         let reply =

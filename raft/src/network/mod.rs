@@ -24,8 +24,10 @@
 //!
 //! # Decisions
 //!
-//! - **Payloads are openraft's own serde types, as JSON.** Each reply payload
-//!   is the whole `Result` the remote `Raft` method returned, so a remote
+//! - **Payloads are openraft's own serde types**, in the binary encoding
+//!   once the cluster's feature level allows it, JSON before (`wire`).
+//!   Each reply payload is the whole `Result` the remote `Raft` method
+//!   returned, so a remote
 //!   openraft error (a fatal stop, `ForwardToLeader`, ...) crosses the wire
 //!   intact and is rebuilt here. Transport-level refusals (not a member,
 //!   misrouted, undecodable) travel as gRPC statuses instead.
@@ -77,7 +79,7 @@ pub use channels::{
 pub use client::{PeerClient, PeerNetworkFactory};
 pub use forward::ForwardError;
 pub(crate) use wire::{
-    AppendReply, ForwardWriteReply, ReadIndexReply, SnapshotHeader, SnapshotReply,
-    StreamAppendReply, TransferLeaderReply, VoteReply, decode, encode,
+    AppendReply, DecodeError, Encoding, ForwardWriteReply, ReadIndexReply, SnapshotHeader,
+    SnapshotReply, StreamAppendReply, TransferLeaderReply, VoteReply, decode, encode, encoding_of,
 };
 pub use wire::{PEER_MESSAGE_BYTES_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_CHUNK_BYTES_MAX};
