@@ -27,9 +27,8 @@
 //! - **Payloads are openraft's own serde types**, in the binary encoding
 //!   once the cluster's feature level allows it, JSON before (`wire`).
 //!   Each reply payload is the whole `Result` the remote `Raft` method
-//!   returned, so a remote
-//!   openraft error (a fatal stop, `ForwardToLeader`, ...) crosses the wire
-//!   intact and is rebuilt here. Transport-level refusals (not a member,
+//!   returned, so a remote openraft error (a fatal stop, `ForwardToLeader`,
+//!   ...) crosses the wire intact and is rebuilt here. Transport-level refusals (not a member,
 //!   misrouted, undecodable) travel as gRPC statuses instead.
 //! - **Both ends check identity.** Every message carries `from_node` and
 //!   `to_node`; the receiver refuses a message meant for another node or
