@@ -22,9 +22,13 @@
 //!    load on until at least `--min-requests` requests were answered since
 //!    the first replacement began.
 //! 4. Downgrade: stops one replica and starts OLD on its upgraded data
-//!    directory; OLD must exit with an error (the log database's format
-//!    record carries the feature level, and releases before feature levels
-//!    accept only format 1). Then NEW takes the directory back.
+//!    directory; OLD must exit with an error that says why: the log
+//!    database's format version or the feature level (releases before
+//!    feature levels accept only format 1; later ones check the level), or,
+//!    from the release that kept the log in segment files and checked no
+//!    upper bound of the format, a log entry "written by another palisade
+//!    release" (it cannot decode the binary entries). Then NEW takes the
+//!    directory back.
 //!
 //! Prints a summary (requests, failed, feature level before and after, the
 //! downgrade's message); exits 1 if a request failed, the level did not
@@ -220,7 +224,15 @@ async fn upgrade(args: Args, new: PathBuf, root: PathBuf) -> anyhow::Result<()> 
     let downgrade_log = replica.log_since(offset);
     let refusal = downgrade_log
         .lines()
-        .find(|line| line.contains("format version") || line.contains("feature level"))
+        .find(|line| {
+            [
+                "format version",
+                "feature level",
+                "written by another palisade release",
+            ]
+            .iter()
+            .any(|reason| line.contains(reason))
+        })
         .map(str::trim)
         .map(str::to_string);
     let refused = matches!(downgrade, Some(status) if !status.success()) && refusal.is_some();
