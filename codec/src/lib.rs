@@ -45,6 +45,13 @@ use serde::de::DeserializeOwned;
 /// continuation byte: no JSON text starts with it.
 pub const BINARY_V1_TAG: u8 = 0xB1;
 
+/// Deepest nesting of arrays and maps a binary value may have, as
+/// serde_json allows for JSON: a peer's payload of a million nested arrays
+/// is refused instead of overflowing the decoder's stack (rmp-serde's own
+/// limit, 1,024, is deeper than a thread's stack holds for some types).
+/// Palisade's values nest a few levels.
+pub const NESTING_MAX: usize = 128;
+
 /// How a value is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Encoding {
@@ -103,7 +110,11 @@ pub fn encode<T: Serialize + ?Sized>(
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     match Encoding::of(bytes)? {
         Encoding::Json => serde_json::from_slice(bytes).map_err(DecodeError::Json),
-        Encoding::BinaryV1 => rmp_serde::from_slice(&bytes[1..]).map_err(DecodeError::Binary),
+        Encoding::BinaryV1 => {
+            let mut decoder = rmp_serde::Deserializer::from_read_ref(&bytes[1..]);
+            decoder.set_max_depth(NESTING_MAX);
+            T::deserialize(&mut decoder).map_err(DecodeError::Binary)
+        }
     }
 }
 
@@ -149,6 +160,10 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
+
+    /// Arrays of arrays, as deep as the input says.
+    #[derive(Debug, Deserialize)]
+    struct Nested(#[allow(dead_code)] Vec<Nested>);
 
     /// A command as an older release knew it.
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -252,6 +267,38 @@ mod tests {
             encode(&OldCommand::Tick, Encoding::BinaryV1).unwrap(),
             [0xB1, 0xA4, b'T', b'i', b'c', b'k']
         );
+    }
+
+    /// Malformed input from a peer cannot make the decoder allocate what
+    /// it announces or recurse without bound: it is an error.
+    #[test]
+    fn hostile_lengths_and_nesting_are_errors_not_allocations() {
+        // An array announcing 4 billion strings, with none following.
+        let huge = [BINARY_V1_TAG, 0xDD, 0xFF, 0xFF, 0xFF, 0xFF];
+        assert!(matches!(
+            decode::<Vec<String>>(&huge),
+            Err(DecodeError::Binary(_))
+        ));
+        // A string announcing 4 GiB.
+        let long = [BINARY_V1_TAG, 0xDB, 0xFF, 0xFF, 0xFF, 0xFF, b'a'];
+        assert!(matches!(
+            decode::<String>(&long),
+            Err(DecodeError::Binary(_))
+        ));
+        // 100,000 nested one-element arrays: refused at the nesting limit
+        // (without it, the decoder's recursion overflows the stack).
+        let mut deep = vec![BINARY_V1_TAG];
+        deep.extend(std::iter::repeat_n(0x91, 100_000));
+        deep.push(0x90);
+        assert!(matches!(
+            decode::<Nested>(&deep),
+            Err(DecodeError::Binary(_))
+        ));
+        // Nesting within the limit decodes.
+        let mut shallow = vec![BINARY_V1_TAG];
+        shallow.extend(std::iter::repeat_n(0x91, NESTING_MAX - 2));
+        shallow.push(0x90);
+        assert!(decode::<Nested>(&shallow).is_ok());
     }
 
     #[test]
