@@ -80,7 +80,7 @@ async fn real_processes_under_kills_pauses_and_partitions_stay_correct() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execution_left_running_after_an_acknowledged_delete_is_seen_in_the_process_table() {
     let config = CampaignConfig {
-        operations: 300,
+        operations: 600,
         nemeses: vec![NemesisKind::Kill],
         mode: Mode::Processes {
             docker: None,
