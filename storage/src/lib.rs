@@ -22,9 +22,12 @@
 //!
 //! Durable means: written and `fdatasync`ed (entries), or committed with
 //! `Durability::Immediate` (records), before the caller is told. `append`
-//! reports `io_completed` only after that; `save_vote` and
-//! `save_committed` return only after theirs. Appends queued together are
-//! one write and one `fdatasync` (group commit).
+//! reports `io_completed` only after that; `save_vote` and `purge` return
+//! only after theirs. `save_committed` returns at once: the committed log
+//! id is written behind apply, within
+//! [`log_store::COMMITTED_SAVE_INTERVAL`] (Raft does not need it durable;
+//! see the module doc of [`log_store`]). Appends queued together are one
+//! write and one `fdatasync` (group commit).
 //!
 //! Every record carries a CRC-32 over its key and payload that is verified
 //! on every read (and, for entries, at open); a mismatch is an error naming
