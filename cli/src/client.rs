@@ -20,6 +20,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use palisade_gateway::errors::reason_of;
 
+pub use crate::leader_routing::{LeaderChannel, LeaderPreference};
+
 /// How long to try to connect to one endpoint.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Interval of HTTP/2 pings while a call is in flight. A replica that is
@@ -65,8 +67,9 @@ pub fn parse_endpoints(list: &str) -> anyhow::Result<Vec<String>> {
 #[derive(Clone)]
 pub struct Client {
     endpoints: Vec<String>,
-    /// The endpoint that answered last; tried first next time.
-    preferred: usize,
+    /// Which endpoint is tried first: the leader's once known (see
+    /// [`crate::leader_routing`]).
+    leader: LeaderPreference,
     channels: Vec<Option<Channel>>,
     /// Per-call deadline sent to the server (`grpc-timeout`).
     pub call_timeout: Duration,
@@ -181,8 +184,8 @@ impl Client {
     pub fn new(endpoints: Vec<String>) -> Self {
         let channels = vec![None; endpoints.len()];
         Self {
+            leader: LeaderPreference::new(endpoints.len().max(1), 0),
             endpoints,
-            preferred: 0,
             channels,
             call_timeout: Duration::from_secs(150),
             failover_deadline: FAILOVER_DEADLINE,
@@ -236,8 +239,15 @@ impl Client {
 
     /// Stops preferring the endpoint that answered last (it went away).
     pub fn forget_preferred(&mut self) {
-        self.channels[self.preferred] = None;
-        self.preferred = (self.preferred + 1) % self.endpoints.len();
+        let preferred = self.leader.preferred();
+        self.channels[preferred] = None;
+        self.leader.failed(preferred);
+    }
+
+    /// The endpoint the next call goes to first (an index of the
+    /// endpoints): the leader's once an answer named it.
+    pub fn preferred_endpoint(&self) -> usize {
+        self.leader.preferred()
     }
 
     /// Every sandbox `request` selects, page after page (the server's
@@ -300,30 +310,33 @@ impl Client {
         let deadline = tokio::time::Instant::now() + self.failover_deadline;
         let mut last_error = String::from("no endpoint tried");
         loop {
+            let first = self.leader.preferred();
             for offset in 0..self.endpoints.len() {
-                let at = (self.preferred + offset) % self.endpoints.len();
+                let at = (first + offset) % self.endpoints.len();
                 let channel = match self.channel(at).await {
                     Ok(channel) => channel,
                     Err(error) => {
+                        self.leader.failed(at);
                         last_error = format!("{}: {error}", self.endpoints[at]);
                         continue;
                     }
                 };
                 match call(channel).await {
                     Ok(response) => {
-                        self.preferred = at;
+                        self.leader.answered(at, response.metadata().as_ref());
                         return Ok(response.into_inner());
                     }
                     Err(status) if is_retryable(&status) => {
                         if reason_of(&status).is_none() {
                             // A transport failure: reconnect next time.
                             self.channels[at] = None;
+                            self.leader.failed(at);
                         }
                         last_error =
                             format!("{}: {}", self.endpoints[at], describe_status(&status));
                     }
                     Err(status) => {
-                        self.preferred = at;
+                        self.leader.answered(at, status.metadata().as_ref());
                         return Err(ClientError::Status(status));
                     }
                 }

@@ -38,6 +38,7 @@ pub mod commands;
 pub mod config;
 pub mod fail_stop;
 pub mod health;
+pub mod leader_routing;
 pub mod pki;
 pub mod prune;
 pub mod serve;

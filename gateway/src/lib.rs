@@ -100,6 +100,7 @@ pub mod executor;
 pub mod feature_level;
 pub mod founding;
 pub mod ids;
+pub mod leader_hint;
 pub mod node;
 pub mod observe;
 pub mod planted;

@@ -56,6 +56,7 @@ use tracing::{info, warn};
 use crate::admin::AdminService;
 use crate::executor::{Executor, ExecutorConfig};
 use crate::founding::{self, MembersHeard};
+use crate::leader_hint::leader_headers;
 use crate::replica::{Replica, ReplicaTimeouts};
 use crate::service::PalisadeService;
 use palisade_driver::ComputeDriver;
@@ -816,22 +817,33 @@ async fn serve_replica(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(Observed::new(
-            crate::auth::authenticate(
-                gate.guard(crate::edge::single_message(
-                    PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
-                )),
-                authenticator.clone(),
+            leader_headers(
+                crate::auth::authenticate(
+                    gate.guard(crate::edge::single_message(
+                        PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
+                    )),
+                    authenticator.clone(),
+                ),
+                node_id,
+                raft.clone(),
             ),
             metrics.clone(),
             node_id,
         ))
         .add_service(Observed::new(
-            crate::auth::authenticate(
-                crate::edge::single_message(
-                    ClusterAdminServer::new(AdminService::new(replica.clone(), executor.clone()))
+            leader_headers(
+                crate::auth::authenticate(
+                    crate::edge::single_message(
+                        ClusterAdminServer::new(AdminService::new(
+                            replica.clone(),
+                            executor.clone(),
+                        ))
                         .max_decoding_message_size(REQUEST_BYTES_MAX),
+                    ),
+                    authenticator,
                 ),
-                authenticator,
+                node_id,
+                raft.clone(),
             ),
             metrics.clone(),
             node_id,

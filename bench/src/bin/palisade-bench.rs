@@ -17,8 +17,12 @@
 //! log), apply, the executor's completion round. Then:
 //!
 //! 1. for each concurrency level (1, 16, 256 clients; each client its own
-//!    tonic client, the clients spread over the three replicas, so two
-//!    thirds of the requests are forwarded by a follower), it creates
+//!    tonic client with a connection to each replica, starting at replica
+//!    `i % 3` and then sending where the answers' headers say the leader
+//!    is, as `palisade`'s own client does: from its first call or two on,
+//!    every request goes to the leader; with `--stay` each client stays on
+//!    the replica it starts at, so two thirds of the requests are
+//!    forwarded by a follower), it creates
 //!    sandboxes (each waits for READY), stops them (each waits for
 //!    STOPPED), starts them again (each waits for READY), deletes them
 //!    (each waits until gone), and prints
@@ -51,6 +55,7 @@ use palisade_bench::{
     LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
     run_main, start_cluster_with, wait_ready,
 };
+use palisade_cli::client::LeaderChannel;
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_testkit::LocalCluster;
@@ -124,6 +129,11 @@ struct Args {
     /// `--failover-trials 0` with it.
     #[arg(long)]
     tls: bool,
+    /// Each client sends every request to the replica it starts at (client
+    /// `i` to replica `i % 3`) instead of learning the leader from the
+    /// answers: measures forwarding by the followers.
+    #[arg(long)]
+    stay: bool,
 }
 
 /// The compute drivers the benchmark can run.
@@ -235,11 +245,12 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         let clients = clients.max(1);
         let per_client = (args.sandboxes / clients).max(8);
         let min_phase = Duration::from_secs(args.min_phase_seconds);
-        let mut rows = level(&channels, clients, per_client, phase_limit, 1).await;
+        let routes = client_routes(&channels, clients, args.stay);
+        let mut rows = level(&routes, per_client, phase_limit, 1).await;
         let mut cycle = 1;
         while rows.iter().any(|row| row.elapsed < min_phase) {
             cycle += 1;
-            let more = level(&channels, clients, per_client, phase_limit, cycle).await;
+            let more = level(&routes, per_client, phase_limit, cycle).await;
             for (row, more) in rows.iter_mut().zip(more) {
                 row.add(more);
             }
@@ -358,19 +369,33 @@ fn print_table(rows: &[Row]) {
 /// Creates, stops, starts and deletes `clients * per_client` sandboxes with
 /// `clients` concurrent clients (cycle `cycle` of the level: the names
 /// are new each cycle); one row per operation.
+/// The clients' channels: client `i` starts at replica `i % 3` and, unless
+/// `stay`, sends where the answers say the leader is; each uses one of the
+/// connections to each replica.
+fn client_routes(channels: &[Channel], clients: usize, stay: bool) -> Vec<LeaderChannel> {
+    (0..clients)
+        .map(|client| {
+            let replica = client % REPLICAS as usize;
+            let connection = (client / REPLICAS as usize) % CONNECTIONS_PER_REPLICA;
+            let at =
+                |replica: usize| channels[replica * CONNECTIONS_PER_REPLICA + connection].clone();
+            if stay {
+                LeaderChannel::new(vec![at(replica)], 0)
+            } else {
+                LeaderChannel::new((0..REPLICAS as usize).map(at).collect(), replica)
+            }
+        })
+        .collect()
+}
+
 async fn level(
-    channels: &[Channel],
-    clients: usize,
+    routes: &[LeaderChannel],
     per_client: usize,
     phase_limit: Duration,
     cycle: usize,
 ) -> Vec<Row> {
-    let api = |client: usize| {
-        // Client i enters through replica i % 3, over one of its connections.
-        let replica = client % REPLICAS as usize;
-        let connection = (client / REPLICAS as usize) % CONNECTIONS_PER_REPLICA;
-        PalisadeClient::new(channels[replica * CONNECTIONS_PER_REPLICA + connection].clone())
-    };
+    let clients = routes.len();
+    let api = |client: usize| PalisadeClient::new(routes[client].clone());
     let names: Vec<Vec<String>> = (0..clients)
         .map(|client| {
             (0..per_client)
@@ -470,11 +495,14 @@ async fn sandbox_phase<Call, Answer>(
     clients: usize,
     phase_limit: Duration,
     ids: &Arc<Vec<Vec<String>>>,
-    api: &impl Fn(usize) -> PalisadeClient<Channel>,
+    api: &impl Fn(usize) -> PalisadeClient<LeaderChannel>,
     call: Call,
 ) -> (Row, Vec<Vec<String>>)
 where
-    Call: Fn(PalisadeClient<Channel>, v1::SandboxRef, String) -> Answer + Clone + Send + 'static,
+    Call: Fn(PalisadeClient<LeaderChannel>, v1::SandboxRef, String) -> Answer
+        + Clone
+        + Send
+        + 'static,
     Answer: Future<Output = Result<(), tonic::Status>> + Send,
 {
     phase(operation, clients, phase_limit, |client, deadline| {
