@@ -13,7 +13,9 @@
 //! The load matches `palisade-bench`'s: at `C` clients each client owns
 //! `max(keys / C, 8)` keys; the clients are spread over the three members
 //! (client `i` talks to member `i % 3`, over one of 4 connections per
-//! member, as `palisade-bench` spreads its clients over the replicas); a
+//! member, as `palisade-bench --stay` spreads its clients over the
+//! replicas; with `--to-leader` every client talks to the member that
+//! leads when the run starts, as `palisade-bench`'s clients end up doing); a
 //! cycle creates every key, then deletes every key; cycles repeat until
 //! each operation has run `--min-phase-seconds` in total (no single pass
 //! longer than `--phase-seconds`). The output rows are those of
@@ -61,6 +63,11 @@ struct Args {
     /// Keep the members' data directory (and their logs) after the run.
     #[arg(long)]
     keep: bool,
+    /// Every client talks to the member that leads when the run starts
+    /// (asked with etcd's Status call) instead of client `i` to member
+    /// `i % 3`: no forwarding by followers.
+    #[arg(long)]
+    to_leader: bool,
 }
 
 /// Members of the etcd cluster.
@@ -104,12 +111,39 @@ async fn run(args: Args) -> anyhow::Result<()> {
     result
 }
 
+/// The index (in `cluster.client_urls`) of the member that leads, by
+/// etcd's Status call on each member: the one whose own id is the leader
+/// it reports.
+async fn leader_member(cluster: &EtcdCluster) -> anyhow::Result<usize> {
+    for (index, endpoint) in cluster.client_urls.iter().enumerate() {
+        let mut client = Client::connect([endpoint.as_str()], None)
+            .await
+            .with_context(|| format!("connecting to {endpoint}"))?;
+        let status = client
+            .status()
+            .await
+            .with_context(|| format!("status of {endpoint}"))?;
+        let own = status.header().map(|header| header.member_id());
+        if own == Some(status.leader()) {
+            return Ok(index);
+        }
+    }
+    bail!("no member reports itself as the leader")
+}
+
 async fn bench(args: &Args, cluster: &EtcdCluster) -> anyhow::Result<()> {
     let version = cluster.wait_ready().await?;
     println!(
         "etcd-load: {MEMBERS} etcd {version} members (fsync'd WAL) on loopback; value {} bytes",
         args.value_size
     );
+    let leader = if args.to_leader {
+        let leader = leader_member(cluster).await?;
+        println!("etcd-load: every client talks to the leader, member {leader}");
+        Some(leader)
+    } else {
+        None
+    };
     let mut connections = Vec::new();
     for endpoint in &cluster.client_urls {
         for _ in 0..CONNECTIONS_PER_MEMBER {
@@ -137,7 +171,7 @@ async fn bench(args: &Args, cluster: &EtcdCluster) -> anyhow::Result<()> {
         while create.elapsed < min_phase || delete.elapsed < min_phase {
             cycle += 1;
             let kv = |client: usize| {
-                let member = client % MEMBERS;
+                let member = leader.unwrap_or(client % MEMBERS);
                 let connection = (client / MEMBERS) % CONNECTIONS_PER_MEMBER;
                 connections[member * CONNECTIONS_PER_MEMBER + connection].clone()
             };
