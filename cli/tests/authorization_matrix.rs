@@ -17,6 +17,7 @@ mod support;
 
 use std::time::Duration;
 
+use palisade_gateway::leader_hint::{LEADER_ID_HEADER, NODE_ID_HEADER};
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
@@ -575,6 +576,41 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says() {
         wrong.len(),
         wrong.join("\n")
     );
+
+    // Who leads is told to authenticated callers only (the answers' leader
+    // headers, see `palisade_gateway::leader_hint`).
+    let get = |sandbox| v1::GetSandboxRequest {
+        sandbox,
+        ..Default::default()
+    };
+    let [anonymous, .., admin] = &mut callers;
+    let refused = anonymous
+        .api
+        .get_sandbox(get(by_id(&fixture_id)))
+        .await
+        .expect_err("no credential");
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    for header in [NODE_ID_HEADER, LEADER_ID_HEADER] {
+        assert!(
+            refused.metadata().get(header).is_none(),
+            "an unauthenticated caller was told {header}"
+        );
+    }
+    let answered = admin
+        .api
+        .get_sandbox(get(by_id(&fixture_id)))
+        .await
+        .expect("the admin reads the fixture");
+    for header in [NODE_ID_HEADER, LEADER_ID_HEADER] {
+        assert_eq!(
+            answered
+                .metadata()
+                .get(header)
+                .and_then(|value| value.to_str().ok()),
+            Some("1"),
+            "{header}"
+        );
+    }
 }
 
 /// Every RPC the two services declare has its row: a new RPC cannot skip

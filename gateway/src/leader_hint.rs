@@ -1,7 +1,7 @@
-//! Every answer of the public services names the replica that gave it and
-//! the leader that replica knows, in two response headers
-//! ([`NODE_ID_HEADER`], [`LEADER_ID_HEADER`]), so that a client learns
-//! which of its endpoints leads and sends its requests there.
+//! Every answer of the public services to an authenticated caller names
+//! the replica that gave it and the leader that replica knows, in two
+//! response headers ([`NODE_ID_HEADER`], [`LEADER_ID_HEADER`]), so that a
+//! client learns which of its endpoints leads and sends its requests there.
 //!
 //! # Why
 //!
@@ -22,10 +22,13 @@
 //!   carry node ids, and a client matches them against the endpoints it was
 //!   given, learning each endpoint's node id from that endpoint's answers
 //!   (see `palisade_cli::client::LeaderPreference`).
-//! - **Every answer, errors too.** The headers are read when the handler
-//!   answered (the leader as of then), and are HTTP headers, so a
-//!   trailers-only error answer carries them as well: a client refused or
-//!   told NO_LEADER still learns what the replica knows.
+//! - **Every answer to an authenticated caller, errors too.** The headers
+//!   are read when the handler answered (the leader as of then), and are
+//!   HTTP headers, so a trailers-only error answer carries them as well: a
+//!   client refused by the lifecycle or told NO_LEADER still learns what
+//!   the replica knows. A caller the replica did not authenticate learns
+//!   nothing of the cluster's members: the wrapper sits inside
+//!   authentication.
 //! - **No leader known: no leader header.** During an election the answer
 //!   names only the replica.
 

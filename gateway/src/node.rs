@@ -817,22 +817,22 @@ async fn serve_replica(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(Observed::new(
-            leader_headers(
-                crate::auth::authenticate(
+            crate::auth::authenticate(
+                leader_headers(
                     gate.guard(crate::edge::single_message(
                         PalisadeServer::new(service).max_decoding_message_size(REQUEST_BYTES_MAX),
                     )),
-                    authenticator.clone(),
+                    node_id,
+                    raft.clone(),
                 ),
-                node_id,
-                raft.clone(),
+                authenticator.clone(),
             ),
             metrics.clone(),
             node_id,
         ))
         .add_service(Observed::new(
-            leader_headers(
-                crate::auth::authenticate(
+            crate::auth::authenticate(
+                leader_headers(
                     crate::edge::single_message(
                         ClusterAdminServer::new(AdminService::new(
                             replica.clone(),
@@ -840,10 +840,10 @@ async fn serve_replica(
                         ))
                         .max_decoding_message_size(REQUEST_BYTES_MAX),
                     ),
-                    authenticator,
+                    node_id,
+                    raft.clone(),
                 ),
-                node_id,
-                raft.clone(),
+                authenticator,
             ),
             metrics.clone(),
             node_id,
