@@ -79,10 +79,10 @@
 //! was committed, so a durable `committed` record costs every commit an
 //! `fdatasync` of the database in front of apply (and of the client's
 //! answer), and the writer a second `fdatasync` per group: one client's
-//! requests took 2.8-3.3 ms (p50) with it and 2.3-2.5 ms without. Raft does not need it: `committed`
-//! is learned again from the leader (its first heartbeat), or
-//! re-established by a new leader; the record only lets a restarted
-//! replica apply at once what it knew was committed. So `save_committed`
+//! requests took 2.8-3.3 ms (p50) with it and 2.3-2.5 ms without. Raft
+//! does not need it: `committed` is learned again from the leader (its
+//! first heartbeat), or re-established by a new leader; the record only
+//! lets a restarted replica apply at once what it knew was committed. So `save_committed`
 //! records the log id in memory (readers of this store and the
 //! truncation guard see it at once) and returns; the writer writes it
 //! into the next group that commits the database anyway (a vote, a
@@ -263,7 +263,8 @@ struct CommittedPoint {
     version: u64,
     /// The version on disk.
     written: u64,
-    /// When the writer last wrote (or was asked to wait for) the record.
+    /// When the writer last wrote the record, or last found it could not
+    /// yet (its entry still queued): the interval counts from there.
     written_at: std::time::Instant,
 }
 
