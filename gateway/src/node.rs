@@ -1071,26 +1071,39 @@ fn reflection_services() -> Result<
     ))
 }
 
-/// How often [`cannot_serve`] looks at the applied state's lock (Raft's
-/// own stop is noticed at once, through its metrics).
+/// How often [`cannot_serve`] looks at the applied state's lock and at
+/// Raft's running state (Raft's own stop is noticed at once, through its
+/// server metrics).
 const POISON_CHECK_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Resolves, with the reason, once this replica cannot serve correctly any
 /// more: its Raft stopped on its own (`Fatal`: a storage error, a panic in
 /// its core; or state `Shutdown`), or a panic poisoned the applied state.
 /// Only awaited while the replica runs, before any shutdown of ours.
+///
+/// It wakes on openraft's *server* metrics (state, vote, leader,
+/// membership: they change rarely, and their channel closes when the core
+/// stops), not on its full metrics, which change with every entry: a task
+/// woken per entry cost a busy leader a cross-thread wake-up each time.
 async fn cannot_serve(raft: &Raft, state: &palisade_raft::StateHandle) -> String {
-    let mut metrics = raft.metrics();
+    let metrics = raft.metrics();
+    let mut server = raft.server_metrics();
     let mut poison_check = tokio::time::interval(POISON_CHECK_INTERVAL);
+    let stopped = |metrics: &openraft::RaftMetrics<palisade_raft::TypeConfig>| {
+        if let Err(fatal) = &metrics.running_state {
+            return Some(format!("Raft stopped: {fatal}"));
+        }
+        if metrics.state == openraft::ServerState::Shutdown {
+            return Some("Raft is in state Shutdown".to_string());
+        }
+        None
+    };
     loop {
-        {
-            let current = metrics.borrow_watched();
-            if let Err(fatal) = &current.running_state {
-                return format!("Raft stopped: {fatal}");
-            }
-            if current.state == openraft::ServerState::Shutdown {
-                return "Raft is in state Shutdown".to_string();
-            }
+        if let Some(reason) = stopped(&metrics.borrow_watched()) {
+            return reason;
+        }
+        if server.borrow_watched().state == openraft::ServerState::Shutdown {
+            return "Raft is in state Shutdown".to_string();
         }
         if state.is_poisoned() {
             return palisade_raft::state_machine::POISONED.to_string();
@@ -1100,9 +1113,11 @@ async fn cannot_serve(raft: &Raft, state: &palisade_raft::StateHandle) -> String
             // once a period, so the metrics are never starved).
             biased;
             _ = poison_check.tick() => {}
-            changed = metrics.changed() => {
+            changed = server.changed() => {
                 if changed.is_err() {
-                    return "Raft stopped (its metrics channel closed)".to_string();
+                    return stopped(&metrics.borrow_watched()).unwrap_or_else(|| {
+                        "Raft stopped (its metrics channel closed)".to_string()
+                    });
                 }
             }
         }
