@@ -2053,20 +2053,28 @@ mod tests {
     }
 
     /// A crash in the middle of a write leaves part of a frame at the end
-    /// of the last segment: that entry was never acknowledged, so open cuts
-    /// it off, says so, and the log ends before it.
+    /// of the last segment (here: a write that grew the file, cut short):
+    /// that entry was never acknowledged, so open cuts it off, says so, and
+    /// the log ends before it. A frame the disk never wrote reads as the
+    /// zeros written ahead of the log's end: the log ends before it too.
     #[tokio::test]
     async fn a_write_torn_by_a_crash_is_cut_off_at_open() {
         let dir = tempfile::tempdir().unwrap();
         drop(store_with_entries(dir.path(), 0..5).await);
-        let (path, _, _) = segment_log::raw_records_for_tests(dir.path()).remove(0);
-        let length = fs::metadata(&path).unwrap().len();
-        fs::File::options()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(length - 2)
-            .unwrap();
+        let (path, _, records) = segment_log::raw_records_for_tests(dir.path()).remove(0);
+        assert_eq!(records.len(), 5);
+        let last_frame: u64 = 16 + records[..4].iter().map(|r| 4 + r.len() as u64).sum::<u64>();
+        let file = fs::File::options().write(true).open(&path).unwrap();
+        let unwritten = vec![0u8; 4 + records[4].len()];
+        std::os::unix::fs::FileExt::write_all_at(&file, &unwritten, last_frame).unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        assert_eq!(
+            store.get_log_state().await.unwrap().last_log_id,
+            Some(log_id(1, 3))
+        );
+        store.blocking_append([blank(1, 4)]).await.unwrap();
+        drop(store);
+        file.set_len(last_frame + 3).unwrap();
 
         let mut store = None;
         let warnings = warnings_while(|| store = Some(Store::open(dir.path()).unwrap()));
