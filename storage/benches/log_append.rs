@@ -3,8 +3,11 @@
 //!
 //! 1. **The fdatasync ceiling** of the disk under `--dir`: one thread
 //!    appends `--entry-bytes` to a plain file and calls `fdatasync` after
-//!    each write, for `--seconds`. Its rate is the most durable commits per
-//!    second any log on this disk can make.
+//!    each write, for `--seconds`. Then the same over space the file
+//!    already has (written as zeros and synced first), which this disk does
+//!    faster (the `fdatasync` writes no new size or block map): the log
+//!    writes its frames over zeros it wrote ahead, so that second rate is
+//!    the ceiling it is held to.
 //! 2. **The log**: [`LogStore::append`] driven the way openraft's core
 //!    drives it (one caller, appends in log order, each of
 //!    `--entries-per-append` entries of `--entry-bytes`, without waiting
@@ -16,7 +19,8 @@
 //!
 //! The figure of merit is `entries/s / (ceiling fsyncs/s x mean batch)`:
 //! 1.0 means each commit costs the log no more than one bare fdatasync of
-//! its entries. (Issue 18's target: >= 0.8.)
+//! its entries. (Issue 18's target: >= 0.8.) Both ceilings are shown; the
+//! last column, against the faster one, is the one the target is judged by.
 //!
 //! ```text
 //! cargo bench -p palisade-storage --bench log_append                # defaults
@@ -123,17 +127,33 @@ fn main() -> anyhow::Result<()> {
         args.entries_per_append,
         parent.display()
     );
-    let ceiling = fdatasync_ceiling(&scratch.path().join("ceiling"), args.entry_bytes, phase)?;
+    let ceiling = fdatasync_ceiling(
+        &scratch.path().join("ceiling"),
+        args.entry_bytes,
+        phase,
+        Ceiling::APPEND,
+    )?;
+    let in_place = fdatasync_ceiling(
+        &scratch.path().join("ceiling-in-place"),
+        args.entry_bytes,
+        phase,
+        Ceiling::IN_PLACE,
+    )?;
     println!();
     println!("| phase | writes/s | fdatasync p50 / p99 ms |");
     println!("|---|---|---|");
-    println!(
-        "| fdatasync ceiling ({} B write + fdatasync) | {:.0} | {:.2} / {:.2} |",
-        args.entry_bytes,
-        ceiling.per_second,
-        ceiling.p50.as_secs_f64() * 1e3,
-        ceiling.p99.as_secs_f64() * 1e3
-    );
+    for (what, measured) in [
+        ("write appended to the file", &ceiling),
+        ("write over space the file has", &in_place),
+    ] {
+        println!(
+            "| fdatasync ceiling ({} B {what} + fdatasync) | {:.0} | {:.2} / {:.2} |",
+            args.entry_bytes,
+            measured.per_second,
+            measured.p50.as_secs_f64() * 1e3,
+            measured.p99.as_secs_f64() * 1e3
+        );
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -141,9 +161,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     println!();
     println!(
-        "| in flight | entries/s | commits/s | mean batch (entries/commit) | append p50 / p99 ms | ratio to ceiling x batch |"
+        "| in flight | entries/s | commits/s | mean batch (entries/commit) | append p50 / p99 ms | ratio to appending ceiling x batch | ratio to in-place ceiling x batch |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (run, in_flight) in args.in_flight.iter().copied().enumerate() {
         let dir = scratch.path().join(format!("log-{run}"));
         let result = runtime.block_on(log_appends(&dir, &args, in_flight, phase))?;
@@ -151,8 +171,9 @@ fn main() -> anyhow::Result<()> {
         let seconds = result.elapsed.as_secs_f64();
         let entries_per_second = result.entries as f64 / seconds;
         let ratio = entries_per_second / (ceiling.per_second * batch);
+        let in_place_ratio = entries_per_second / (in_place.per_second * batch);
         println!(
-            "| {in_flight} | {entries_per_second:.0} | {:.0} | {batch:.1} | {:.2} / {:.2} | {ratio:.2} |",
+            "| {in_flight} | {entries_per_second:.0} | {:.0} | {batch:.1} | {:.2} / {:.2} | {ratio:.2} | {in_place_ratio:.2} |",
             result.commits as f64 / seconds,
             result.p50.as_secs_f64() * 1e3,
             result.p99.as_secs_f64() * 1e3,
@@ -167,24 +188,52 @@ struct Ceiling {
     p99: Duration,
 }
 
-/// Appends `bytes` to a new file and fdatasyncs after each write, for
-/// `phase`.
+/// Bytes of zeros the in-place ceiling writes over (written and synced
+/// before it is timed; its writes wrap around at the end).
+const IN_PLACE_AREA_BYTES: u64 = 64 * 1024 * 1024;
+
+impl Ceiling {
+    const APPEND: bool = false;
+    const IN_PLACE: bool = true;
+}
+
+/// Writes `bytes` at the end of a new file (`in_place`: over zeros the file
+/// already holds) and fdatasyncs after each write, for `phase`.
 fn fdatasync_ceiling(
     path: &std::path::Path,
     bytes: usize,
     phase: Duration,
+    in_place: bool,
 ) -> anyhow::Result<Ceiling> {
+    use std::os::unix::fs::FileExt;
     let mut file = OpenOptions::new()
         .create_new(true)
-        .append(true)
+        .read(true)
+        .write(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
+    if in_place {
+        let zeros = vec![0u8; 1024 * 1024];
+        for _ in 0..IN_PLACE_AREA_BYTES / zeros.len() as u64 {
+            file.write_all(&zeros)?;
+        }
+        file.sync_all()?;
+    }
     let block = vec![b'x'; bytes];
     let mut latencies = Vec::new();
+    let mut at = 0u64;
     let started = Instant::now();
     while started.elapsed() < phase {
         let write = Instant::now();
-        file.write_all(&block)?;
+        if in_place {
+            if at + bytes as u64 > IN_PLACE_AREA_BYTES {
+                at = 0;
+            }
+            file.write_all_at(&block, at)?;
+            at += bytes as u64;
+        } else {
+            file.write_all(&block)?;
+        }
         file.sync_data()?;
         latencies.push(write.elapsed());
     }
