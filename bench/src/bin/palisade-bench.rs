@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use anyhow::bail;
 use clap::Parser;
 use palisade_bench::{
@@ -598,6 +599,17 @@ async fn failover_trial(
     trial: usize,
 ) -> anyhow::Result<FailoverTiming> {
     let leader = wait_ready(cluster).await?;
+    // A workspace per trial: the trials' sandboxes are never deleted, and
+    // twenty trials of a few thousand creates in one workspace met its
+    // quota (10,000 by default), every create after it refused.
+    let workspace = format!("failover-{trial}");
+    let leader_uri = cluster.uris(&[leader]).remove(0);
+    PalisadeClient::new(palisade_bench::connect(&leader_uri).await?)
+        .create_workspace(v1::CreateWorkspaceRequest {
+            name: workspace.clone(),
+        })
+        .await
+        .with_context(|| format!("cannot create workspace {workspace}"))?;
     let survivor_ids: Vec<u64> = cluster
         .node_ids()
         .into_iter()
@@ -606,11 +618,15 @@ async fn failover_trial(
     let survivors = cluster.uris(&survivor_ids);
     let running = Arc::new(AtomicBool::new(true));
     let killed_at: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+    // The last error a writer got, for the report of a trial that fails.
+    let last_error: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let mut writers = JoinSet::new();
     for writer in 0..FAILOVER_WRITERS {
         let uri = survivors[writer % survivors.len()].clone();
         let running = running.clone();
         let killed_at = killed_at.clone();
+        let last_error = last_error.clone();
+        let workspace = workspace.clone();
         writers.spawn(async move {
             let channel = Endpoint::from_shared(uri)
                 .expect("a valid uri")
@@ -624,6 +640,7 @@ async fn failover_trial(
                 serial += 1;
                 let sent = Instant::now();
                 let request = v1::CreateSandboxRequest {
+                    workspace: workspace.clone(),
                     name: format!("failover-{trial}-{writer}-{serial}"),
                     spec: Some(v1::SandboxSpec::default()),
                     request_id: uuid::Uuid::new_v4().to_string(),
@@ -636,7 +653,9 @@ async fn failover_trial(
                 {
                     first_after_kill = Some(Instant::now());
                 }
-                if answer.is_err() {
+                if let Err(status) = answer {
+                    *last_error.lock().expect("not poisoned") =
+                        Some(format!("{:?}: {}", status.code(), status.message()));
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
@@ -679,7 +698,16 @@ async fn failover_trial(
     running.store(false, Ordering::SeqCst);
     writers.abort_all();
     let (Some(elected), Some(first_write)) = (elected, first_write) else {
-        bail!("no new leader or no acknowledged write within {LEADER_TIMEOUT:?} of the kill");
+        let last_error = last_error.lock().expect("not poisoned").clone();
+        bail!(
+            "trial {trial}, leader node {leader} killed: {} within {LEADER_TIMEOUT:?} of the kill (the writers' last error: {})",
+            if elected.is_none() {
+                "no new leader"
+            } else {
+                "a new leader, but no acknowledged write"
+            },
+            last_error.as_deref().unwrap_or("none")
+        );
     };
     cluster.replica_mut(leader).start()?;
     wait_ready(cluster).await?;
