@@ -1,7 +1,7 @@
 //! What ties a replica to its metrics ([`palisade_metrics`]): the log
-//! store's timings, a watcher of Raft's own metrics (term, leader, leader
-//! changes, commit index, the leader history the status page shows), and
-//! the gauges read from the state when a scrape comes in.
+//! store's timings, a watcher of Raft's server metrics (term, leader,
+//! leader changes, the leader history the status page shows), and the
+//! gauges read when a scrape comes in (the state's, and the commit index).
 //!
 //! Leader changes are watched, not polled: a leader change between two
 //! scrapes must still be counted. The watcher waits on openraft's *server*

@@ -111,7 +111,7 @@ pub const SEGMENT_BYTES_TARGET: u64 = 64 * 1024 * 1024;
 pub const WRITTEN_AHEAD_BYTES_MAX: u64 = 256 * 1024;
 /// ... and at least this much: the zeros written at once are as many as
 /// the segment holds already, between the two bounds, so a log that stays
-/// small (a test's) never writes a mebibyte of zeros.
+/// small (a test's) writes 64 KiB of them, not the most.
 pub const WRITTEN_AHEAD_BYTES_MIN: u64 = 64 * 1024;
 
 /// Size of the sectors a torn write is made of: a frame the disk wrote only
