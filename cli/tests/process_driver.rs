@@ -81,16 +81,25 @@ impl Fixture {
         }
     }
 
-    /// Live processes carrying this test's marker (zombies have no environment).
+    /// Live processes of this test's commands: those carrying its marker, and
+    /// idle commands (forks of their shim that never exec, so without the
+    /// spec's environment) working in its driver directory. Zombies have
+    /// neither an environment nor a working directory.
     fn processes(&self) -> Vec<i32> {
         let needle = format!("{MARKER_VARIABLE}={}", self.marker);
+        let driver_dir = self.driver_dir();
         pids()
             .filter(|pid| {
-                fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                let marked = fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
                     environ
                         .split(|byte| *byte == 0)
                         .any(|entry| entry == needle.as_bytes())
-                })
+                });
+                let idle_here = fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "palisade-idle")
+                    && fs::read_link(format!("/proc/{pid}/cwd"))
+                        .is_ok_and(|cwd| cwd.starts_with(&driver_dir));
+                marked || idle_here
             })
             .collect()
     }

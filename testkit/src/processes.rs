@@ -109,7 +109,7 @@ fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
 /// Live processes (not zombies) by what they are to the process driver.
 #[derive(Debug, Default)]
 pub struct ExecutionProcesses {
-    /// Shims (`palisade shim run DIR`), by execution.
+    /// Shims (`palisade shim launch DIR`, forked by the launcher), by execution.
     pub shims: BTreeMap<(String, u64), Vec<u32>>,
     /// Processes of sandbox commands (working directory
     /// `DRIVER_DIR/.workdirs/ID`, or `DIR/work` of older executions), by
@@ -162,12 +162,20 @@ pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
     let mut found = ExecutionProcesses::default();
     let mut shim_pids: BTreeMap<u32, (String, u64)> = BTreeMap::new();
     let lines = command_lines();
+    // A command forked by its shim has the shim's command line until it
+    // exec's (an idle command never does); it is told apart by its working
+    // directory, the sandbox's, which it enters before its barrier.
+    let in_a_workdir = |pid: u32| {
+        std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .is_ok_and(|cwd| workdir_sandbox_of(driver_dir, &cwd).is_some())
+    };
     for (pid, words) in &lines {
         if alive(*pid)
             && words.iter().any(|word| word == "shim")
             && let Some(execution) = words
                 .iter()
                 .find_map(|word| execution_of(driver_dir, Path::new(word)))
+            && !in_a_workdir(*pid)
         {
             shim_pids.insert(*pid, execution);
         }

@@ -9,9 +9,10 @@
 //! its exit status lost. Instead every execution gets a shim:
 //!
 //! - the gateway starts a short-lived *launcher* (`palisade shim launch DIR`), which
-//!   starts the shim (`palisade shim run DIR`) in a new session and exits at once, so
-//!   the shim is adopted by init: it is never a child of any gateway, and no gateway
-//!   signal, exit or crash reaches it;
+//!   forks the shim (a copy of itself, so `ps` shows it with the same command line)
+//!   into a new session and exits as soon as the shim has reported, so the shim is
+//!   adopted by init: it is never a child of any gateway, and no gateway signal,
+//!   exit or crash reaches it;
 //! - the shim starts the command in a process group of its own, waits for it, and
 //!   writes its exit status into the execution directory;
 //! - the shim is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so descendants that
@@ -315,6 +316,7 @@ mod tests {
     use super::{driver::*, procfs::*, records::*, shim::*};
     use crate::LaunchSpec;
     use std::ffi::OsString;
+    use std::fs;
 
     #[test]
     fn proc_stat_counts_fields_after_the_last_parenthesis() {
@@ -421,6 +423,81 @@ mod tests {
         assert!(libc::WIFEXITED(status));
         assert_eq!(libc::WEXITSTATUS(status), EXIT_CODE_BARRIER_CLOSED);
         assert!(!work.path().join("ran").exists());
+    }
+
+    #[test]
+    fn the_idle_command_is_a_fork_that_holds_nothing_of_the_shim_and_ends_on_sigterm() {
+        let work = tempfile::tempdir().expect("temporary directory");
+        let prepared = PreparedExec::idle(work.path(), None).expect("prepared");
+        let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");
+        assert!(
+            child.stdout.is_none() && child.stderr.is_none(),
+            "nothing to pump"
+        );
+        // `release` returns at the status pipe's end of file: a child that
+        // kept the shim's descriptors would hold it forever.
+        let (released, release) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let failure = child.release();
+            let _ = released.send((failure, child));
+        });
+        let (failure, child) = release
+            .recv_timeout(Duration::from_secs(10))
+            .expect("release returns once the child closed the status pipe");
+        assert_eq!(failure, None, "started, as an exec would have");
+        let descriptors = |pid: i32| -> Vec<(String, String)> {
+            let mut found: Vec<(String, String)> = fs::read_dir(format!("/proc/{pid}/fd"))
+                .expect("fd listing")
+                .map(|entry| {
+                    let entry = entry.expect("fd entry");
+                    let target = fs::read_link(entry.path()).expect("fd target");
+                    (
+                        entry.file_name().to_string_lossy().into_owned(),
+                        target.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let null = "/dev/null".to_owned();
+        // Past the barrier it closes what it shares with the shim (the status
+        // pipe among them: that end of file is what `release` waited for).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while descriptors(child.pid).len() > 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            descriptors(child.pid),
+            vec![
+                ("0".to_owned(), null.clone()),
+                ("1".to_owned(), null.clone()),
+                ("2".to_owned(), null)
+            ]
+        );
+        let comm = fs::read_to_string(format!("/proc/{}/comm", child.pid)).expect("comm");
+        assert_eq!(comm.trim(), "palisade-idle");
+        assert_eq!(
+            fs::read_link(format!("/proc/{}/cwd", child.pid)).expect("cwd"),
+            work.path().canonicalize().expect("canonical")
+        );
+        let group = read_proc_stat(child.pid)
+            .expect("stat")
+            .expect("alive")
+            .process_group;
+        assert_eq!(group, child.pid, "in a group of its own, like a command");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            read_proc_stat(child.pid).expect("stat").is_some(),
+            "still idling"
+        );
+        // SAFETY: signals our own child.
+        unsafe {
+            libc::kill(child.pid, libc::SIGTERM);
+        }
+        let status = wait_status(child.pid);
+        assert!(libc::WIFSIGNALED(status));
+        assert_eq!(libc::WTERMSIG(status), libc::SIGTERM);
     }
 
     #[test]

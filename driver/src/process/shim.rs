@@ -49,18 +49,22 @@ use super::{driver::*, procfs::*, records::*};
 /// Arguments of the hidden `palisade shim` subcommand (the words after `shim`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ShimArgs {
-    /// `launch DIR`: start `run DIR` in a new session and exit at once, so the shim
-    /// is reparented to init instead of staying a gateway's child.
+    /// `launch DIR`: fork the shim of DIR into a new session and exit once it
+    /// has reported, so the shim is reparented to init instead of staying a
+    /// gateway's child.
     Launch {
         /// The execution directory.
         execution_dir: PathBuf,
     },
-    /// `run DIR`: be the shim of the execution in DIR.
+    /// `run DIR`: be the shim of the execution in DIR in this process (what
+    /// `launch` forks into; started directly, it stays its parent's child).
     Run {
         /// The execution directory.
         execution_dir: PathBuf,
     },
-    /// `idle`: the default command of a spec without one: sleep until signalled.
+    /// `idle`: sleep until signalled. The idle command of executions started by
+    /// earlier releases, whose shims exec it; a shim of this release idles in a
+    /// fork of itself instead (see `PreparedExec::idle`).
     Idle,
 }
 
@@ -123,7 +127,7 @@ pub fn run_shim_if_requested() -> Option<i32> {
 pub fn run_shim(args: ShimArgs) -> i32 {
     let result = match &args {
         ShimArgs::Launch { execution_dir } => launch_shim(execution_dir),
-        ShimArgs::Run { execution_dir } => supervise(execution_dir),
+        ShimArgs::Run { execution_dir } => supervise(execution_dir, take_reported_pipe()),
         ShimArgs::Idle => idle(),
     };
     match result {
@@ -136,22 +140,10 @@ pub fn run_shim(args: ShimArgs) -> i32 {
 }
 
 pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
-    let program = std::env::current_exe()?;
     let log = OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(SHIM_LOG_FILE))?;
-    let mut shim = Command::new(program);
-    shim.args(
-        ShimArgs::Run {
-            execution_dir: dir.to_path_buf(),
-        }
-        .to_argv(),
-    )
-    .current_dir("/")
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(log);
     // The shim's "reported" pipe: the shim holds the write end until it has
     // said what it did (command recorded and started, rejected, refused, or
     // claim lost) and then closes it, or dies, which closes it too. This
@@ -159,29 +151,49 @@ pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
     // which waits for the launcher, observes the report at once instead of
     // polling for it.
     let (reported_read, reported_write) = pipe()?;
-    let reported_fd = reported_write.as_raw_fd();
-    shim.env(SHIM_REPORTED_FD_VARIABLE, reported_fd.to_string());
-    // SAFETY: the closure runs between fork and exec and only calls setsid and
-    // fcntl, which are async-signal-safe. A new session detaches the shim from the
-    // gateway's session, process group and terminal, so signals aimed at those
-    // never reach it. The write end is close-on-exec: clear that in the child
-    // only, so the shim (and nothing else) inherits it.
-    unsafe {
-        shim.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::fcntl(reported_fd, libc::F_SETFD, 0) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    // The shim is this launcher's forked child, not a new program: exec'ing
+    // the `palisade` binary again (dynamic loading, relocations, CPU feature
+    // probes) cost as much CPU as everything else a launch does. Not waited
+    // for: the shim is adopted by init once this launcher exits.
+    // SAFETY: the launcher is single-threaded (it runs before any runtime or
+    // thread starts), so the child is a whole copy of it and may run any code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
     }
-    // Not waited for: the shim is adopted by init once this launcher exits.
-    shim.spawn()?;
-    drop(reported_write);
+    if pid == 0 {
+        drop(reported_read);
+        std::process::exit(run_forked_shim(dir, &log, reported_write));
+    }
+    drop((reported_write, log));
     wait_for_end_of_file(&reported_read, LAUNCHER_REPORT_WAIT_MAX);
     Ok(())
+}
+
+/// The launcher's child becoming the shim: its stderr goes to `shim.log` first
+/// (the launcher's is the gateway's pipe, which must see end of file when the
+/// launcher exits), then a new session detaches it from the gateway's session,
+/// process group and terminal, so signals aimed at those never reach it.
+fn run_forked_shim(dir: &Path, log: &File, reported: OwnedFd) -> i32 {
+    const COMM: &[u8] = b"palisade-shim\0";
+    // SAFETY: dup2 and setsid on descriptors this process owns; prctl reads a
+    // static NUL-terminated name.
+    let detached = unsafe {
+        libc::prctl(libc::PR_SET_NAME, COMM.as_ptr() as libc::c_ulong, 0, 0, 0);
+        libc::dup2(log.as_raw_fd(), 2) >= 0 && libc::setsid() >= 0
+    };
+    let result = if detached {
+        supervise(dir, Some(reported))
+    } else {
+        Err(io::Error::last_os_error())
+    };
+    match result {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("palisade shim run {}: {error}", dir.display());
+            1
+        }
+    }
 }
 
 /// Waits until every writer of `pipe` closed it, at most `limit`. Nothing is
@@ -291,15 +303,14 @@ pub(crate) fn install_signal_forwarding() -> io::Result<()> {
 
 /// The shim proper: claim the execution, check it may run, start the command behind
 /// a barrier, record it, release it, wait, sweep, record the exit.
-pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
+pub(crate) fn supervise(dir: &Path, reported: Option<OwnedFd>) -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer argument only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } != 0 {
         return Err(io::Error::last_os_error());
     }
     install_signal_forwarding()?;
-    // Closed (dropped) once this shim has said what it did: on every return
-    // below, or right after the command started.
-    let reported = take_reported_pipe();
+    // `reported` is closed (dropped) once this shim has said what it did: on
+    // every return below, or right after the command started.
     let spec: LaunchSpec = read_record(&dir.join(SPEC_FILE))?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no spec.json"))?;
     let sandbox_dir = parent_of(dir);
@@ -341,13 +352,6 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
         );
     }
 
-    let argv: Vec<OsString> = if spec.command.is_empty() {
-        let mut argv = vec![std::env::current_exe()?.into_os_string()];
-        argv.extend(ShimArgs::Idle.to_argv());
-        argv
-    } else {
-        spec.command.iter().map(OsString::from).collect()
-    };
     // The sandbox's persistent working directory (made by the launch; made
     // here too for an execution claimed before it existed). With a sandbox
     // user (`run_as`) the command runs as that user, in a working directory
@@ -364,21 +368,29 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
             work_dir
         }
     };
-    let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
-    // Resolved before anything is forked, so a command that cannot start is a
-    // definite rejection with no process left behind.
-    let program = match resolve_program(&argv[0], search_path, &work_dir) {
-        Ok(program) => program,
-        Err(rejected) => return write_record(&dir.join(REJECTED_FILE), &rejected),
-    };
-    let mut environment: BTreeMap<&str, &str> = BTreeMap::from([("PATH", DEFAULT_PATH)]);
-    environment.extend(
-        spec.env
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str())),
-    );
     let credentials = run_as.as_ref().map(|run_as| (run_as.uid, run_as.gid));
-    let prepared = PreparedExec::new(&program, &argv, &environment, &work_dir, credentials)?;
+    let prepared = if spec.command.is_empty() {
+        // No command: the sandbox idles in a fork of this shim that never
+        // exec's (see `child_after_fork`); exec'ing a program to sleep in
+        // cost as much CPU as the rest of a launch.
+        PreparedExec::idle(&work_dir, credentials)?
+    } else {
+        let argv: Vec<OsString> = spec.command.iter().map(OsString::from).collect();
+        let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+        // Resolved before anything is forked, so a command that cannot start is a
+        // definite rejection with no process left behind.
+        let program = match resolve_program(&argv[0], search_path, &work_dir) {
+            Ok(program) => program,
+            Err(rejected) => return write_record(&dir.join(REJECTED_FILE), &rejected),
+        };
+        let mut environment: BTreeMap<&str, &str> = BTreeMap::from([("PATH", DEFAULT_PATH)]);
+        environment.extend(
+            spec.env
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        );
+        PreparedExec::new(&program, &argv, &environment, &work_dir, credentials)?
+    };
     let mut child = spawn_behind_barrier(&prepared)?;
     let leader = child.pid;
     FORWARD_TO_GROUP.store(leader, Ordering::SeqCst);
@@ -426,7 +438,9 @@ pub(crate) fn supervise(dir: &Path) -> io::Result<()> {
         };
         let message = format!(
             "cannot start {:?}: {} failed: {}",
-            String::from_utf8_lossy(argv[0].as_bytes()),
+            spec.command
+                .first()
+                .map_or("the idle command", String::as_str),
             failure.stage,
             io::Error::from_raw_os_error(failure.errno)
         );
@@ -515,7 +529,8 @@ fn is_executable_file(path: &Path) -> bool {
 /// Everything `execve` needs, allocated before the fork (the child may only make
 /// async-signal-safe calls, and allocating is not one).
 pub(crate) struct PreparedExec {
-    program: CString,
+    /// `None`: no program; the child idles until signalled instead of exec'ing.
+    program: Option<CString>,
     _argv: Vec<CString>,
     argv_pointers: Vec<*const libc::c_char>,
     _environment: Vec<CString>,
@@ -556,12 +571,37 @@ impl PreparedExec {
                 .collect::<Vec<_>>()
         };
         Ok(PreparedExec {
-            program: c_string(program.as_os_str().as_bytes())?,
+            program: Some(c_string(program.as_os_str().as_bytes())?),
             argv_pointers: pointers(&argv),
             _argv: argv,
             environment_pointers: pointers(&environment),
             _environment: environment,
             work_dir: c_string(work_dir.as_os_str().as_bytes())?,
+            credentials,
+        })
+    }
+
+    /// The idle command of a spec without one: the child enters `work_dir`,
+    /// takes `credentials` and passes the barrier like any command, then
+    /// closes every descriptor beyond its standard three and sleeps until a
+    /// signal ends it, without exec'ing anything.
+    pub(crate) fn idle(
+        work_dir: &Path,
+        credentials: Option<(u32, u32)>,
+    ) -> io::Result<PreparedExec> {
+        let no_strings = || vec![std::ptr::null()];
+        Ok(PreparedExec {
+            program: None,
+            _argv: Vec::new(),
+            argv_pointers: no_strings(),
+            _environment: Vec::new(),
+            environment_pointers: no_strings(),
+            work_dir: CString::new(work_dir.as_os_str().as_bytes()).map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a NUL byte in the working directory",
+                )
+            })?,
             credentials,
         })
     }
@@ -575,8 +615,9 @@ pub(crate) struct BarrierChild {
     pub(crate) barrier: Option<OwnedFd>,
     /// End of file once the child exec'd or died; a [`ExecFailure`] if it could not.
     status: OwnedFd,
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
+    /// The read ends of the command's output (`None` for an idle command).
+    pub(crate) stdout: Option<OwnedFd>,
+    pub(crate) stderr: Option<OwnedFd>,
 }
 
 /// Why the child could not run the command, as it reported over the status pipe.
@@ -658,9 +699,39 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<BarrierChild> {
     let (barrier_read, barrier_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
-    let null = File::open("/dev/null")?;
+    // An idle command writes nothing: its output goes to /dev/null, so it needs
+    // no pipes, no pump threads and no log files.
+    let outputs = match prepared.program {
+        Some(_) => Some((pipe()?, pipe()?)),
+        None => None,
+    };
+    let null = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    let (stdout_read, stdout_write, stderr_read, stderr_write) = match outputs {
+        Some(((stdout_read, stdout_write), (stderr_read, stderr_write))) => (
+            Some(stdout_read),
+            Some(stdout_write),
+            Some(stderr_read),
+            Some(stderr_write),
+        ),
+        None => (None, None, None, None),
+    };
+    let read_end = |end: &Option<OwnedFd>| end.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    let write_end =
+        |end: &Option<OwnedFd>| end.as_ref().map_or(null.as_raw_fd(), AsRawFd::as_raw_fd);
+    let descriptors = ChildDescriptors {
+        barrier_read: barrier_read.as_raw_fd(),
+        barrier_write: barrier_write.as_raw_fd(),
+        status_read: status_read.as_raw_fd(),
+        status_write: status_write.as_raw_fd(),
+        stdout_read: read_end(&stdout_read),
+        stdout_write: write_end(&stdout_write),
+        stderr_read: read_end(&stderr_read),
+        stderr_write: write_end(&stderr_write),
+        null: null.as_raw_fd(),
+    };
     // SAFETY: the shim is single-threaded here (the output pumps start after this),
     // and the child only makes async-signal-safe calls before execve or _exit.
     let pid = unsafe { libc::fork() };
@@ -669,22 +740,7 @@ pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<Barrie
     }
     if pid == 0 {
         // SAFETY: in the forked child; see `child_after_fork`.
-        unsafe {
-            child_after_fork(
-                prepared,
-                ChildDescriptors {
-                    barrier_read: barrier_read.as_raw_fd(),
-                    barrier_write: barrier_write.as_raw_fd(),
-                    status_read: status_read.as_raw_fd(),
-                    status_write: status_write.as_raw_fd(),
-                    stdout_read: stdout_read.as_raw_fd(),
-                    stdout_write: stdout_write.as_raw_fd(),
-                    stderr_read: stderr_read.as_raw_fd(),
-                    stderr_write: stderr_write.as_raw_fd(),
-                    null: null.as_raw_fd(),
-                },
-            )
-        }
+        unsafe { child_after_fork(prepared, descriptors) }
     }
     // Also set here, so the group exists before the command is recorded, whichever
     // of the two runs first. It can only fail if the child already died.
@@ -698,13 +754,15 @@ pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<Barrie
         pid,
         barrier: Some(barrier_write),
         status: status_read,
-        stdout: Some(stdout_read),
-        stderr: Some(stderr_read),
+        stdout: stdout_read,
+        stderr: stderr_read,
     })
 }
 
 #[derive(Clone, Copy)]
 struct ChildDescriptors {
+    // The output pipes' read ends are -1 and their write ends /dev/null for an
+    // idle command (closing -1 in the child is a harmless EBADF).
     barrier_read: RawFd,
     barrier_write: RawFd,
     status_read: RawFd,
@@ -791,12 +849,43 @@ unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! 
             libc::_exit(EXIT_CODE_BARRIER_CLOSED);
         }
         libc::close(fds.barrier_read);
+        let Some(program) = &prepared.program else {
+            idle_after_fork()
+        };
         libc::execve(
-            prepared.program.as_ptr(),
+            program.as_ptr(),
             prepared.argv_pointers.as_ptr(),
             prepared.environment_pointers.as_ptr(),
         );
         fail(CHILD_STAGE_EXEC)
+    }
+}
+
+/// The idle command, in the forked child past its barrier: what exec would
+/// have done to the shim's descriptors (the status pipe among them, whose end
+/// of file tells the shim the command started), then sleep until signalled.
+/// The signal dispositions are already the defaults, so SIGTERM ends it.
+///
+/// # Safety
+///
+/// Only in a child forked by [`spawn_behind_barrier`]: it closes descriptors
+/// that Rust objects of the copied shim still own, which nothing may use after.
+unsafe fn idle_after_fork() -> ! {
+    const COMM: &[u8] = b"palisade-idle\0";
+    // SAFETY: close_range, close, prctl and pause are async-signal-safe and
+    // take no pointers but the comm name, a static NUL-terminated string.
+    unsafe {
+        if libc::close_range(3, libc::c_uint::MAX, 0) != 0 {
+            // Before Linux 5.9: close them one by one.
+            let limit = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as libc::c_int;
+            for fd in 3..limit {
+                libc::close(fd);
+            }
+        }
+        libc::prctl(libc::PR_SET_NAME, COMM.as_ptr() as libc::c_ulong, 0, 0, 0);
+        loop {
+            libc::pause();
+        }
     }
 }
 
