@@ -971,6 +971,19 @@ mod tests {
     /// corruption.
     #[test]
     fn a_frame_with_a_sector_never_written_is_a_torn_write_in_the_last_segment_only() {
+        let assert_corrupt_at_entry_3 = |dir: &Path| {
+            let error = Segments::open(dir, None).unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    LogStoreError::Corrupt {
+                        record: RecordKey::Entry { index: 3 },
+                        ..
+                    }
+                ),
+                "{error}"
+            );
+        };
         let big = |indexes: std::ops::Range<u64>| -> Vec<(u64, Arc<[u8]>)> {
             indexes
                 .map(|index| {
@@ -1011,17 +1024,7 @@ mod tests {
         let mut byte = [0u8];
         file.read_exact_at(&mut byte, sector + 7).unwrap();
         file.write_all_at(&[byte[0] ^ 0x10], sector + 7).unwrap();
-        let error = Segments::open(dir.path(), None).unwrap_err();
-        assert!(
-            matches!(
-                error,
-                LogStoreError::Corrupt {
-                    record: RecordKey::Entry { index: 3 },
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_corrupt_at_entry_3(dir.path());
 
         // A sector of zeros in a segment that is not the last: corruption.
         fs::write(&path, &original).unwrap();
@@ -1032,17 +1035,7 @@ mod tests {
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&6u64.to_le_bytes());
         fs::write(&next, header).unwrap();
-        let error = Segments::open(dir.path(), None).unwrap_err();
-        assert!(
-            matches!(
-                error,
-                LogStoreError::Corrupt {
-                    record: RecordKey::Entry { index: 3 },
-                    ..
-                }
-            ),
-            "{error}"
-        );
+        assert_corrupt_at_entry_3(dir.path());
     }
 
     #[test]
