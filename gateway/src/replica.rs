@@ -419,13 +419,17 @@ impl Replica {
 
     /// Makes the next read linearizable: confirms leadership (read index)
     /// with a quorum and waits until the local state applied that index.
+    /// Returns the read index: every write acknowledged before the call is
+    /// at or below it (a reader of something that lags the state, such as
+    /// the projection, waits for it, not for the applied index, which may
+    /// by then include later writes).
     ///
     /// The wait is on this replica's own applied index, not openraft's
     /// (`ensure_linearizable`): openraft learns of an apply only when its
     /// core task gets to the state machine's notice, and under write load
     /// that core is busy; in the load test (`palisade-load`) reads whose
     /// entry was applied here waited another 50-100 ms for it.
-    pub async fn linearize(&self) -> Result<(), tonic::Status> {
+    pub async fn linearize(&self) -> Result<u64, tonic::Status> {
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -468,7 +472,8 @@ impl Replica {
                     None => continue,
                 }
             };
-            return self.wait_applied(read_index, deadline).await;
+            self.wait_applied(read_index, deadline).await?;
+            return Ok(read_index);
         }
     }
 

@@ -193,9 +193,11 @@ fn replay_settled(state: &core::State, outcome: SettledOutcome<'_>) -> Settled {
 }
 
 impl PalisadeService {
-    pub(super) async fn read_consistency(&self, consistency: i32) -> Result<(), Status> {
+    /// Makes the read as consistent as asked. Returns the read index of a
+    /// linearizable read, 0 for a stale one.
+    pub(super) async fn read_consistency(&self, consistency: i32) -> Result<u64, Status> {
         match v1::Consistency::try_from(consistency) {
-            Ok(v1::Consistency::Stale) => Ok(()),
+            Ok(v1::Consistency::Stale) => Ok(0),
             Ok(v1::Consistency::Unspecified | v1::Consistency::Linearizable) => {
                 self.replica.linearize().await
             }

@@ -320,7 +320,7 @@ pub(super) async fn list(
             ),
         })
     })?;
-    service.read_consistency(request.consistency).await?;
+    let read_index = service.read_consistency(request.consistency).await?;
     if source == v1::ListSource::Projection {
         if !expression.is_empty() || older_than_ms > 0 {
             // The projection's query filters by phase and label equality
@@ -338,13 +338,10 @@ pub(super) async fn list(
             .projection
             .as_ref()
             .ok_or_else(crate::projection::not_configured)?;
-        // After a linearizable read the applied index covers every
-        // acknowledged write: waiting for it gives read-your-writes.
-        let read_index = if request.consistency == v1::Consistency::Stale as i32 {
-            0
-        } else {
-            service.replica.state.applied_index()
-        };
+        // The read index covers every write acknowledged before this
+        // request (0 for a stale read): waiting for the projection to reach
+        // it gives read-your-writes, and no wait for writes that came later
+        // (the applied index may already include a large delete's cleanup).
         let query = palisade_projection::SandboxQuery {
             workspace: (!request.all_workspaces).then(|| workspace.clone()),
             phases,
