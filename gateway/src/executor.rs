@@ -1017,6 +1017,10 @@ impl Executor {
                 .await
             }
             Some(OperationKind::Delete) => {
+                if crate::planted::ack_delete_before_cleanup() {
+                    // Planted bug (c), test-only (see `crate::planted`).
+                    tokio::time::sleep(crate::planted::EARLY_ACK_CLEANUP_DELAY).await;
+                }
                 match self
                     .effect("delete", driver.remove(&sandbox_id, &fence))
                     .await

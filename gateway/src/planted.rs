@@ -26,9 +26,18 @@ pub static SKIP_TERM_FENCE: AtomicBool = AtomicBool::new(false);
 
 /// Planted bug (c): when set, DeleteSandbox answers "deleted" as soon as
 /// its `BeginDelete` entry commits, before the driver removed anything and
-/// before the sandbox left the state.
+/// before the sandbox left the state; and the executor starts the removal
+/// [`EARLY_ACK_CLEANUP_DELAY`] later, as behind a slow driver.
 #[cfg(feature = "planted-bugs")]
 pub static ACK_DELETE_BEFORE_CLEANUP: AtomicBool = AtomicBool::new(false);
+
+/// How long planted bug (c) holds a removal back. Without it the removal
+/// races the early answer and, with a fast driver, ends within a few
+/// milliseconds of it: the host's process table, sampled every 50 ms,
+/// then saw an execution after an acknowledged delete in only some
+/// campaigns, and the test that requires it was flaky. Four sample
+/// intervals make what the early answer hides visible to every sampler.
+pub const EARLY_ACK_CLEANUP_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// True when planted bug (b) is on. Always false without the feature.
 #[inline]
