@@ -238,8 +238,10 @@ pub(crate) const SHIM_SWEEP_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long the shim waits, after sweeping the command's processes, for the rest of
 /// their output to reach the logs before it records the exit anyway.
 pub(crate) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// The environment variable through which `palisade shim launch` hands the shim
-/// the write end of its "reported" pipe (see `shim::launch_shim`).
+/// The environment variable through which a launcher of an earlier release,
+/// which exec'd `palisade shim run DIR`, handed the shim the write end of its
+/// "reported" pipe; a launcher of this release forks the shim and hands it
+/// over directly (see `shim::launch_shim`).
 pub(crate) const SHIM_REPORTED_FD_VARIABLE: &str = "PALISADE_SHIM_REPORTED_FD";
 /// Longest the launcher waits for its shim to report before it exits anyway
 /// (the driver then polls for the report, bounded by its shim start timeout).

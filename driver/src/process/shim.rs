@@ -14,25 +14,15 @@
 //! no command ever runs that the driver directory does not know about. A second
 //! pipe (close-on-exec) tells the shim whether `execve` succeeded.
 
-#![allow(unused_imports)]
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-
-use crate::{
-    ComputeDriver, DriverError, DriverFuture, ExecutionHandle, ExecutionIdentity, ExecutionStatus,
-    LaunchSpec,
-};
+use crate::LaunchSpec;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -41,7 +31,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use super::fencing::{read_identity, read_tombstone};
 use super::logs::{LOG_FILE_BYTES_MAX, RotatingLog, pump};
 use super::*;
-use super::{driver::*, procfs::*, records::*};
+use super::{procfs::*, records::*};
 
 // ---------------------------------------------------------------------------------
 // The shim side: runs inside `palisade shim ...`, never inside a gateway.
@@ -234,9 +224,10 @@ fn wait_for_end_of_file(pipe: &OwnedFd, limit: Duration) {
     }
 }
 
-/// The write end of the launcher's "reported" pipe, handed over in
-/// [`SHIM_REPORTED_FD_VARIABLE`]; made close-on-exec at once, so the command never
-/// inherits it. `None` for a shim started otherwise (or given a bad number).
+/// For `palisade shim run DIR`: the write end of the launcher's "reported" pipe,
+/// handed over in [`SHIM_REPORTED_FD_VARIABLE`] (by a launcher of an earlier
+/// release); made close-on-exec at once, so the command never inherits it.
+/// `None` for a shim started otherwise (or given a bad number).
 fn take_reported_pipe() -> Option<OwnedFd> {
     let fd: RawFd = std::env::var(SHIM_REPORTED_FD_VARIABLE)
         .ok()?
