@@ -263,7 +263,7 @@ pub async fn delete_listed(
                 }),
                 no_wait: false,
                 // Kept across the client's own retries: exactly once.
-                request_id: uuid::Uuid::new_v4().to_string(),
+                request_id: palisade_proto::new_request_id(),
                 expected_sandbox_id: meta.id.clone(),
                 expected_execution: token,
             };

@@ -3,10 +3,14 @@
 //!
 //! The `.proto` files beside this crate are the source of truth; this crate
 //! only compiles them (with a vendored `protoc`, so no system install is
-//! needed) and re-exports the generated modules.
+//! needed) and re-exports the generated modules, plus the one thing every
+//! client makes the same way: a request id ([`new_request_id`]).
 
 pub mod codec;
 pub mod encoded;
+mod request_id;
+
+pub use request_id::new_request_id;
 
 /// The public API (`palisade.v1`).
 #[allow(missing_docs, clippy::all)]

@@ -183,7 +183,7 @@ fn sandbox_request(name: &str) -> v1::CreateSandboxRequest {
             command: SANDBOX_COMMAND.iter().map(|arg| arg.to_string()).collect(),
             ..Default::default()
         }),
-        request_id: uuid::Uuid::new_v4().to_string(),
+        request_id: palisade_proto::new_request_id(),
         ..Default::default()
     }
 }
@@ -289,7 +289,7 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
                     id: id.clone(),
                     ..Default::default()
                 }),
-                request_id: uuid::Uuid::new_v4().to_string(),
+                request_id: palisade_proto::new_request_id(),
                 ..Default::default()
             })
             .await
@@ -320,7 +320,7 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
             name: "bystander".into(),
             id: String::new(),
         }),
-        request_id: uuid::Uuid::new_v4().to_string(),
+        request_id: palisade_proto::new_request_id(),
         ..Default::default()
     })
     .await

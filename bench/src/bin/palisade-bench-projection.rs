@@ -488,7 +488,7 @@ async fn cycle(
             .create_sandbox(v1::CreateSandboxRequest {
                 name: format!("{name}-{round}"),
                 spec: Some(v1::SandboxSpec::default()),
-                request_id: uuid::Uuid::new_v4().to_string(),
+                request_id: palisade_proto::new_request_id(),
                 ..Default::default()
             })
             .await;
@@ -511,7 +511,7 @@ async fn cycle(
             let stopped = api
                 .stop_sandbox(v1::StopSandboxRequest {
                     sandbox: sandbox(),
-                    request_id: uuid::Uuid::new_v4().to_string(),
+                    request_id: palisade_proto::new_request_id(),
                     ..Default::default()
                 })
                 .await;
@@ -523,7 +523,7 @@ async fn cycle(
                 let started = api
                     .start_sandbox(v1::StartSandboxRequest {
                         sandbox: sandbox(),
-                        request_id: uuid::Uuid::new_v4().to_string(),
+                        request_id: palisade_proto::new_request_id(),
                         ..Default::default()
                     })
                     .await;
@@ -536,7 +536,7 @@ async fn cycle(
         let deleted = api
             .delete_sandbox(v1::DeleteSandboxRequest {
                 sandbox: sandbox(),
-                request_id: uuid::Uuid::new_v4().to_string(),
+                request_id: palisade_proto::new_request_id(),
                 ..Default::default()
             })
             .await;
@@ -713,7 +713,7 @@ async fn cleanup(
         .create_sandbox(v1::CreateSandboxRequest {
             name: name.clone(),
             spec: Some(v1::SandboxSpec::default()),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         })
         .await
@@ -782,7 +782,7 @@ async fn cleanup(
     let deleted = leader_api
         .delete_sandbox(v1::DeleteSandboxRequest {
             sandbox: by_id(),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         })
         .await

@@ -135,6 +135,27 @@ struct Args {
     /// answers: measures forwarding by the followers.
     #[arg(long)]
     stay: bool,
+    /// Clients make random request ids (UUID v4) instead of time-ordered
+    /// ones (v7, what `palisade` and its client library make): measures
+    /// what a client making its own random ids costs the receipt table.
+    #[arg(long)]
+    random_request_ids: bool,
+}
+
+/// How the benchmark's clients make request ids (`--random-request-ids`).
+#[derive(Debug, Clone, Copy)]
+enum RequestIds {
+    TimeOrdered,
+    Random,
+}
+
+impl RequestIds {
+    fn make(self) -> String {
+        match self {
+            RequestIds::TimeOrdered => palisade_proto::new_request_id(),
+            RequestIds::Random => uuid::Uuid::new_v4().to_string(),
+        }
+    }
 }
 
 /// The compute drivers the benchmark can run.
@@ -229,8 +250,13 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
     });
     let leader = wait_ready(&cluster).await?;
     println!(
-        "palisade-bench: {REPLICAS} replicas ({} driver, fsync'd Raft log) on loopback, leader node {leader}; data in {}",
+        "palisade-bench: {REPLICAS} replicas ({} driver, fsync'd Raft log) on loopback, leader node {leader}; {} request ids; data in {}",
         args.driver.name(),
+        if args.random_request_ids {
+            "random (v4)"
+        } else {
+            "time-ordered (v7)"
+        },
         root.display()
     );
 
@@ -241,17 +267,22 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
         }
     }
     let phase_limit = Duration::from_secs(args.phase_seconds);
+    let request_ids = if args.random_request_ids {
+        RequestIds::Random
+    } else {
+        RequestIds::TimeOrdered
+    };
     let mut table = Vec::new();
     for &clients in &args.clients {
         let clients = clients.max(1);
         let per_client = (args.sandboxes / clients).max(8);
         let min_phase = Duration::from_secs(args.min_phase_seconds);
         let routes = client_routes(&channels, clients, args.stay);
-        let mut rows = level(&routes, per_client, phase_limit, 1).await;
+        let mut rows = level(&routes, per_client, phase_limit, 1, request_ids).await;
         let mut cycle = 1;
         while rows.iter().any(|row| row.elapsed < min_phase) {
             cycle += 1;
-            let more = level(&routes, per_client, phase_limit, cycle).await;
+            let more = level(&routes, per_client, phase_limit, cycle, request_ids).await;
             for (row, more) in rows.iter_mut().zip(more) {
                 row.add(more);
             }
@@ -394,6 +425,7 @@ async fn level(
     per_client: usize,
     phase_limit: Duration,
     cycle: usize,
+    request_ids: RequestIds,
 ) -> Vec<Row> {
     let clients = routes.len();
     let api = |client: usize| PalisadeClient::new(routes[client].clone());
@@ -414,7 +446,7 @@ async fn level(
                 let request = v1::CreateSandboxRequest {
                     name,
                     spec: Some(v1::SandboxSpec::default()),
-                    request_id: uuid::Uuid::new_v4().to_string(),
+                    request_id: request_ids.make(),
                     ..Default::default()
                 };
                 let started = Instant::now();
@@ -439,6 +471,7 @@ async fn level(
         "stop",
         clients,
         phase_limit,
+        request_ids,
         &ids,
         &api,
         |mut api, sandbox, request_id| async move {
@@ -456,6 +489,7 @@ async fn level(
         "start",
         clients,
         phase_limit,
+        request_ids,
         &Arc::new(stopped),
         &api,
         |mut api, sandbox, request_id| async move {
@@ -472,6 +506,7 @@ async fn level(
         "delete",
         clients,
         phase_limit,
+        request_ids,
         &ids,
         &api,
         |mut api, sandbox, request_id| async move {
@@ -495,6 +530,7 @@ async fn sandbox_phase<Call, Answer>(
     operation: &'static str,
     clients: usize,
     phase_limit: Duration,
+    request_ids: RequestIds,
     ids: &Arc<Vec<Vec<String>>>,
     api: &impl Fn(usize) -> PalisadeClient<LeaderChannel>,
     call: Call,
@@ -517,7 +553,7 @@ where
                     id: id.clone(),
                     ..Default::default()
                 };
-                let request_id = uuid::Uuid::new_v4().to_string();
+                let request_id = request_ids.make();
                 let started = Instant::now();
                 let answer = call(api.clone(), sandbox, request_id).await;
                 results.push((started.elapsed(), answer.map(|()| id)));
@@ -643,7 +679,7 @@ async fn failover_trial(
                     workspace: workspace.clone(),
                     name: format!("failover-{trial}-{writer}-{serial}"),
                     spec: Some(v1::SandboxSpec::default()),
-                    request_id: uuid::Uuid::new_v4().to_string(),
+                    request_id: palisade_proto::new_request_id(),
                     ..Default::default()
                 };
                 let answer = api.create_sandbox(request).await;

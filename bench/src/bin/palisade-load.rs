@@ -321,7 +321,7 @@ async fn slow_client(
         let create = v1::CreateSandboxRequest {
             name: format!("load-{client}-{n}"),
             spec: Some(v1::SandboxSpec::default()),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         let Some(answer) = retried(&counters, deadline, || {
@@ -341,7 +341,7 @@ async fn slow_client(
                 id,
                 ..Default::default()
             }),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         let _ = retried(&counters, deadline, || {

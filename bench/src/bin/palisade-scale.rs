@@ -662,7 +662,7 @@ async fn create_delete(
                     .create_sandbox(v1::CreateSandboxRequest {
                         name: format!("load-{size}-{client}-{serial}"),
                         spec: Some(v1::SandboxSpec::default()),
-                        request_id: uuid::Uuid::new_v4().to_string(),
+                        request_id: palisade_proto::new_request_id(),
                         ..Default::default()
                     })
                     .await;
@@ -687,7 +687,7 @@ async fn create_delete(
                             id,
                             ..Default::default()
                         }),
-                        request_id: uuid::Uuid::new_v4().to_string(),
+                        request_id: palisade_proto::new_request_id(),
                         ..Default::default()
                     })
                     .await;

@@ -295,7 +295,7 @@ async fn client_loop(
         let create = v1::CreateSandboxRequest {
             name: format!("soak-{client}-{n}"),
             spec: Some(v1::SandboxSpec::default()),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         let mut created = None;
@@ -322,7 +322,7 @@ async fn client_loop(
                 id,
                 ..Default::default()
             }),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         for _ in 0..3 {

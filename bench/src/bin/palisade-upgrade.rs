@@ -372,7 +372,7 @@ async fn work(
         });
         let request = v1::StopSandboxRequest {
             sandbox: reference.clone(),
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         match client
@@ -389,7 +389,7 @@ async fn work(
         }
         let request = v1::DeleteSandboxRequest {
             sandbox: reference,
-            request_id: uuid::Uuid::new_v4().to_string(),
+            request_id: palisade_proto::new_request_id(),
             ..Default::default()
         };
         match client
@@ -411,7 +411,7 @@ async fn work(
 /// Creates `name` and returns its id once READY. A retry that finds the
 /// name taken accepts the sandbox only if it carries this request's label.
 async fn create(client: &mut Client, name: &str) -> Result<String, String> {
-    let request_id = uuid::Uuid::new_v4().to_string();
+    let request_id = palisade_proto::new_request_id();
     let request = v1::CreateSandboxRequest {
         name: name.to_string(),
         labels: [(REQUEST_LABEL.to_string(), request_id.clone())].into(),

@@ -109,7 +109,8 @@ pub enum SandboxCommand {
         #[arg(long)]
         workdir: Option<String>,
         /// Idempotency key: retrying with the same id returns the original
-        /// result instead of creating twice (default: a fresh id).
+        /// result instead of creating twice (default: a fresh, time-ordered
+        /// UUID v7).
         #[arg(long)]
         request_id: Option<String>,
         /// Answer once the create is committed, without waiting for READY.
@@ -187,7 +188,7 @@ pub enum SandboxCommand {
         /// Stop only this execution (an execution token).
         #[arg(long)]
         expected_execution: Option<String>,
-        /// Idempotency key (default: a fresh id).
+        /// Idempotency key (default: a fresh, time-ordered UUID v7).
         #[arg(long)]
         request_id: Option<String>,
         /// Answer once the stop is committed, without waiting.
@@ -201,7 +202,7 @@ pub enum SandboxCommand {
         /// Start only if this (stopped) execution is still the current one.
         #[arg(long)]
         expected_execution: Option<String>,
-        /// Idempotency key (default: a fresh id).
+        /// Idempotency key (default: a fresh, time-ordered UUID v7).
         #[arg(long)]
         request_id: Option<String>,
         /// Answer once the start is committed, without waiting.
@@ -306,7 +307,7 @@ pub enum SandboxCommand {
         /// Delete only if this is still the current execution.
         #[arg(long, conflicts_with = "all")]
         expected_execution: Option<String>,
-        /// Idempotency key (default: a fresh id).
+        /// Idempotency key (default: a fresh, time-ordered UUID v7).
         #[arg(long, conflicts_with = "all")]
         request_id: Option<String>,
         /// Answer once the delete is committed, without waiting.
@@ -403,7 +404,7 @@ pub fn parse_duration_seconds(text: &str) -> Result<u64, String> {
 }
 
 fn fresh_request_id(given: Option<String>) -> String {
-    given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+    given.unwrap_or_else(palisade_proto::new_request_id)
 }
 
 /// Runs `palisade sandbox ...`.
@@ -788,7 +789,7 @@ async fn delete_all(
                     ..Default::default()
                 }),
                 no_wait,
-                request_id: uuid::Uuid::new_v4().to_string(),
+                request_id: palisade_proto::new_request_id(),
                 expected_sandbox_id: String::new(),
                 expected_execution: String::new(),
             };

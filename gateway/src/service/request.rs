@@ -52,7 +52,7 @@ pub(super) fn request_meta(
     payload: &impl serde::Serialize,
 ) -> Result<RequestMeta, Status> {
     let id = if request_id.is_empty() {
-        crate::ids::new_uuid().to_string()
+        crate::ids::new_time_ordered_uuid(time_ms).to_string()
     } else {
         validate::request_id(request_id).map_err(errors::invalid_input)?;
         request_id.to_string()
