@@ -48,6 +48,8 @@
 //!   cache of the replicated state, rebuilt from the snapshot on restart);
 //! - [`error`]: [`LogStoreError`] and how it maps to `io::Error`;
 //! - `record`: the checksummed record format of every stored value;
+//! - `recent_entries`: the log's last appended entries, decoded, for the
+//!   reads that follow an append;
 //! - [`planted`]: a TEST-ONLY planted bug for the chaos harness, compiled in
 //!   only with the `planted-bugs` feature (off by default).
 
@@ -57,6 +59,7 @@ pub mod error;
 pub mod log_store;
 pub mod planted;
 pub mod receipt_table;
+mod recent_entries;
 mod record;
 pub mod segment_log;
 pub mod snapshot_bytes;

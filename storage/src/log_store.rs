@@ -128,7 +128,10 @@
 //! # Threads
 //!
 //! Disk writes run on the writer thread; reads run on the runtime's
-//! blocking pool (`spawn_blocking`), never on an async worker thread.
+//! blocking pool (`spawn_blocking`), never on an async worker thread,
+//! except reads of entries appended lately, which are answered from
+//! memory where they are asked (`recent_entries`: a copy of the log's
+//! tail, kept decoded).
 //! Dropping the store stops the writer after the writes queued before and
 //! waits for it, so that the files are closed (when no reader is left)
 //! once the store is gone: an in-process replica that is crashed and
@@ -139,7 +142,6 @@ use std::fmt;
 use std::fmt::Debug;
 use std::fs;
 use std::io;
-use std::marker::PhantomData;
 use std::ops::Bound;
 use std::ops::RangeBounds;
 use std::path::Path;
@@ -160,6 +162,8 @@ use openraft::storage::LogState;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
 use palisade_codec::Encoding;
+
+use crate::recent_entries::RecentEntries;
 use redb::Database;
 use redb::Durability;
 use redb::ReadableDatabase;
@@ -500,14 +504,15 @@ pub struct LogStore<C: RaftTypeConfig> {
 /// [`LogStore`] is dropped.
 pub struct LogReader<C: RaftTypeConfig> {
     shared: Arc<Shared>,
-    _config: PhantomData<fn() -> C>,
+    /// The last appended entries, decoded (see [`RecentEntries`]).
+    recent: Arc<std::sync::Mutex<RecentEntries<C::Entry>>>,
 }
 
 impl<C: RaftTypeConfig> Clone for LogReader<C> {
     fn clone(&self) -> Self {
         LogReader {
             shared: Arc::clone(&self.shared),
-            _config: PhantomData,
+            recent: Arc::clone(&self.recent),
         }
     }
 }
@@ -630,7 +635,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let store = LogStore {
             reader: LogReader {
                 shared,
-                _config: PhantomData,
+                recent: Arc::default(),
             },
             writer,
         };
@@ -725,6 +730,14 @@ impl<C: RaftTypeConfig> LogReader<C> {
     /// Reads the entries with index in `start..end` (`end == None`: to the
     /// end of the log). With `bytes_max`, stops before the entry that would
     /// bring the stored bytes over it, but always returns at least one entry.
+    fn recent_lock(&self) -> std::sync::MutexGuard<'_, RecentEntries<C::Entry>> {
+        // Changed only by whole operations of `RecentEntries`, none of
+        // which panics halfway.
+        self.recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn entries(
         &self,
         start: u64,
@@ -920,7 +933,35 @@ impl<C: RaftTypeConfig> LogReader<C> {
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
+impl<C: RaftTypeConfig> LogReader<C>
+where
+    C::Entry: Clone,
+{
+    /// What [`entries`](LogReader::entries) would answer, if the recent
+    /// entries hold all of it (only for a bounded range: the end of the
+    /// log is the segments' and the pending entries' to say).
+    fn recent_entries(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        bytes_max: Option<usize>,
+    ) -> Option<Vec<C::Entry>> {
+        let start = match self.shared.purged_index() {
+            Some(purged) => start.max(purged + 1),
+            None => start,
+        };
+        let end = end?;
+        if end <= start {
+            return Some(Vec::new());
+        }
+        self.recent_lock().range(start, end, bytes_max)
+    }
+}
+
+impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C>
+where
+    C::Entry: Clone,
+{
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -928,6 +969,9 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
         let Some((start, end)) = index_range(&range) else {
             return Ok(Vec::new());
         };
+        if let Some(entries) = self.recent_entries(start, end, None) {
+            return Ok(entries);
+        }
         let reader = self.clone();
         run_blocking::<C, _>(move || reader.entries(start, end, None)).await
     }
@@ -945,13 +989,19 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for LogReader<C> {
         if end <= start {
             return Ok(Vec::new());
         }
+        if let Some(entries) = self.recent_entries(start, Some(end), Some(READ_BATCH_BYTES_MAX)) {
+            return Ok(entries);
+        }
         let reader = self.clone();
         run_blocking::<C, _>(move || reader.entries(start, Some(end), Some(READ_BATCH_BYTES_MAX)))
             .await
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
+impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C>
+where
+    C::Entry: Clone,
+{
     type LogReader = LogReader<C>;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
@@ -1021,14 +1071,21 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         I::IntoIter: OptionalSend,
     {
         let started = std::time::Instant::now();
+        let entries: Vec<C::Entry> = entries.into_iter().collect();
         let records = entries
-            .into_iter()
-            .map(|entry| encode_entry::<C>(&entry))
+            .iter()
+            .map(encode_entry::<C>)
             .collect::<Result<Vec<_>, _>>()?;
         if records.is_empty() {
             callback.io_completed(Ok(()));
             return Ok(());
         }
+        self.reader.recent_lock().appended(
+            records
+                .iter()
+                .zip(entries)
+                .map(|((index, stored), entry)| (*index, stored.len(), entry)),
+        );
         // Readable from here on (see the module doc).
         let sequence = {
             let mut pending = self.reader.shared.pending();
@@ -1042,6 +1099,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
             sequence
         };
         let timings = self.reader.shared.timings.get().cloned();
+        let recent = Arc::clone(&self.reader.recent);
         let pending = PendingAppend {
             sequence,
             first: records[0].0,
@@ -1056,6 +1114,14 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
                 {
                     timings.appended(started.elapsed());
                 }
+                if result.is_err() {
+                    // What the log refused or lost must not be read from
+                    // memory (see `RecentEntries`).
+                    recent
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clear();
+                }
                 callback.io_completed(result.map_err(storage_failed));
             }),
             append: Some(pending),
@@ -1066,6 +1132,11 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         tracing::debug!(?last_log_id, "truncating the log after");
+        // Before the truncation is written: a read meanwhile goes to the
+        // segments (see `RecentEntries`).
+        self.reader
+            .recent_lock()
+            .truncate_after(last_log_id.as_ref().map(|id| id.index()));
         let work = Work::Truncate(last_log_id.map(|id| id.index()));
         self.write_and_wait("truncate the log", work, false).await
     }
@@ -1964,6 +2035,9 @@ mod tests {
             let middle = stored.len() / 2;
             stored[middle] ^= 0x01;
         });
+        // Just appended, the entries would be answered from memory: the
+        // corruption shows once the log reads its file.
+        store.reader.recent_lock().clear();
         let mut reader = store.reader();
 
         let error = reader.try_get_log_entries(0..5).await.unwrap_err();
@@ -2537,6 +2611,40 @@ mod tests {
             store.get_log_state().await.unwrap().last_log_id,
             Some(log_id(1, 2))
         );
+    }
+
+    /// The log ids a bounded read of `range` answers.
+    async fn read_ids(store: &Store, range: std::ops::Range<u64>) -> Vec<LogIdOf<TestConfig>> {
+        let entries = store.reader().try_get_log_entries(range).await.unwrap();
+        entries.iter().map(|entry| entry.log_id()).collect()
+    }
+
+    #[tokio::test]
+    async fn reads_from_memory_never_answer_what_the_log_no_longer_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_with_entries(dir.path(), 0..5).await;
+        let term_1 = |indexes: std::ops::Range<u64>| -> Vec<_> {
+            indexes.map(|index| log_id(1, index)).collect()
+        };
+        assert_eq!(read_ids(&store, 0..5).await, term_1(0..5));
+
+        // A truncated tail is gone for readers at once.
+        store.truncate_after(Some(log_id(1, 2))).await.unwrap();
+        assert_eq!(read_ids(&store, 0..5).await, term_1(0..3));
+
+        // A new leader's entries replace it.
+        store
+            .blocking_append([blank(2, 3), blank(2, 4)])
+            .await
+            .unwrap();
+        let replaced = [term_1(0..3), vec![log_id(2, 3), log_id(2, 4)]].concat();
+        assert_eq!(read_ids(&store, 0..5).await, replaced);
+
+        // An append the log refuses (an overwrite without a truncation
+        // first) is not read back.
+        assert!(store.blocking_append([blank(3, 4)]).await.is_err());
+        assert_eq!(read_ids(&store, 0..5).await, replaced);
+        assert_eq!(read_ids(&store, 4..5).await, [log_id(2, 4)]);
     }
 
     /// The committed record as the database holds it (not the store's
