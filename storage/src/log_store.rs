@@ -162,8 +162,6 @@ use openraft::storage::LogState;
 use openraft::storage::RaftLogStorage;
 use openraft::type_config::TypeConfigExt;
 use palisade_codec::Encoding;
-
-use crate::recent_entries::RecentEntries;
 use redb::Database;
 use redb::Durability;
 use redb::ReadableDatabase;
@@ -177,6 +175,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Corruption;
 use crate::error::LogStoreError;
 use crate::error::RecordKey;
+use crate::recent_entries::RecentEntries;
 use crate::record;
 use crate::segment_log;
 use crate::segment_log::Segments;
@@ -727,9 +726,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
 }
 
 impl<C: RaftTypeConfig> LogReader<C> {
-    /// Reads the entries with index in `start..end` (`end == None`: to the
-    /// end of the log). With `bytes_max`, stops before the entry that would
-    /// bring the stored bytes over it, but always returns at least one entry.
+    /// The last appended entries (see [`RecentEntries`]).
     fn recent_lock(&self) -> std::sync::MutexGuard<'_, RecentEntries<C::Entry>> {
         // Changed only by whole operations of `RecentEntries`, none of
         // which panics halfway.
@@ -738,6 +735,9 @@ impl<C: RaftTypeConfig> LogReader<C> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Reads the entries with index in `start..end` (`end == None`: to the
+    /// end of the log). With `bytes_max`, stops before the entry that would
+    /// bring the stored bytes over it, but always returns at least one entry.
     fn entries(
         &self,
         start: u64,
