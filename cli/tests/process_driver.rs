@@ -843,10 +843,14 @@ async fn assert_nothing_runs(fixture: &Fixture) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(fixture.processes().is_empty(), "{:?}", fixture.processes());
     let root = fixture.root.path().to_string_lossy().into_owned();
+    // Shims: launched by hand their command line names their directory; forked
+    // by a launch server, their standard error is its `shim.log`.
     let from_driver_dir: Vec<i32> = pids()
         .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
+            (fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(&root))
+                || fs::read_link(format!("/proc/{pid}/fd/2"))
+                    .is_ok_and(|stderr| stderr.starts_with(&root)))
                 && fs::read_to_string(format!("/proc/{pid}/stat"))
                     .is_ok_and(|stat| !stat.contains(") Z "))
         })
@@ -1167,4 +1171,150 @@ async fn the_launcher_exits_once_its_shim_reported() {
         .await
         .expect("remove");
     assert!(fixture.processes().is_empty());
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn live(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat[stat.rfind(')').unwrap_or(0)..].starts_with(") Z"))
+}
+
+/// `pid`'s descriptors, as `N -> TARGET` (`socket:[..]`, `pipe:[..]`, a path).
+fn descriptors(pid: u32) -> Vec<String> {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd")
+        .filter_map(|entry| {
+            let path = entry.ok()?.path();
+            let target = fs::read_link(&path).ok()?;
+            Some(format!(
+                "{} -> {}",
+                path.file_name()?.to_string_lossy(),
+                target.to_string_lossy()
+            ))
+        })
+        .collect()
+}
+
+async fn wait_until_dead(pid: u32, what: &str) {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    while live(pid) {
+        assert!(Instant::now() < deadline, "{what} (pid {pid}) still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every launch forks its launcher from the driver's launch server (one
+/// process, started by the first launch): killed, it is replaced by the next
+/// launch and its sandboxes go on; no shim keeps its socket; and it ends
+/// with the driver that started it.
+#[tokio::test]
+async fn the_launch_server_is_replaced_when_killed_and_ends_with_its_driver() {
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    assert_eq!(driver.launch_server_pid().await, None, "no launch yet");
+    // An idle sandbox: its shim has no output pipes of its own.
+    let first = fixture.spec("sandbox-s", 1, &[]);
+    let handle = driver
+        .launch(&first, &fixture.fence_for(&first))
+        .await
+        .expect("launch");
+    let server = driver
+        .launch_server_pid()
+        .await
+        .expect("a launch server after a launch");
+    let shim = shim_pid(&handle);
+    let (parent, session) = parent_and_session(shim);
+    assert_ne!(
+        parent, server as i32,
+        "the shim is the launch server's child"
+    );
+    assert_eq!(session, shim as i32);
+    // (A launch's own pipes cannot be left to the shim: the driver reads them to
+    // their end, so a launch whose shim kept one would never finish.)
+    let sockets: Vec<String> = descriptors(shim)
+        .into_iter()
+        .filter(|fd| fd.contains(" -> socket:"))
+        .collect();
+    assert!(
+        sockets.is_empty(),
+        "the shim holds a socket (the launch server's?): {sockets:?}"
+    );
+
+    signal(server, libc::SIGKILL);
+    wait_until_dead(server, "the killed launch server").await;
+    let second = fixture.spec("sandbox-s", 2, &[]);
+    let next = driver
+        .launch(&second, &fixture.fence_for(&second))
+        .await
+        .expect("a launch after the server was killed starts another");
+    let replacement = driver
+        .launch_server_pid()
+        .await
+        .expect("a new launch server");
+    assert_ne!(replacement, server);
+    fixture.wait_for_processes(2).await;
+    assert_eq!(
+        driver.inspect("sandbox-s", 1).await.expect("inspect"),
+        running(&handle),
+        "the first sandbox outlived its launch server"
+    );
+    assert_eq!(
+        driver.inspect("sandbox-s", 2).await.expect("inspect"),
+        running(&next)
+    );
+
+    drop(driver);
+    wait_until_dead(replacement, "the launch server of a dropped driver").await;
+    let driver = fixture.driver();
+    driver
+        .remove("sandbox-s", &fixture.fence("sandbox-s", 0))
+        .await
+        .expect("remove");
+    assert_nothing_runs(&fixture).await;
+}
+
+/// A launcher killed after its shim started (before it could say so) leaves
+/// the launch uncertain, never rejected; the repeated launch finds the shim
+/// and nothing runs twice.
+#[tokio::test]
+async fn a_launcher_killed_after_starting_its_shim_is_uncertain_until_observed() {
+    if !cfg!(debug_assertions) {
+        eprintln!("the launcher's test hook exists in debug builds only; skipped");
+        return;
+    }
+    let fixture = Fixture::new();
+    let driver = fixture.driver();
+    let mut spec = fixture.spec("sandbox-t", 1, &["sleep", "1000"]);
+    spec.env.insert(
+        palisade_driver::process::TEST_KILL_LAUNCHER_VARIABLE.to_owned(),
+        "1".to_owned(),
+    );
+    let fence = fixture.fence_for(&spec);
+    let error = driver
+        .launch(&spec, &fence)
+        .await
+        .expect_err("the launcher was killed before its status");
+    assert!(
+        matches!(error, DriverError::Uncertain { .. }),
+        "a launcher that died may have started its shim: {error}"
+    );
+    let handle = driver
+        .launch(&spec, &fence)
+        .await
+        .expect("the repeated launch finds the shim");
+    fixture.wait_for_processes(1).await;
+    assert_eq!(
+        driver.inspect("sandbox-t", 1).await.expect("inspect"),
+        running(&handle)
+    );
+    driver
+        .remove("sandbox-t", &fixture.fence("sandbox-t", 0))
+        .await
+        .expect("remove");
+    assert_nothing_runs(&fixture).await;
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill has no memory preconditions.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "kill {pid}");
 }

@@ -454,18 +454,20 @@ async fn a_sandbox_lock_held_too_long_makes_calls_uncertain() {
         .expect("lock free again");
 }
 
+/// A launch server that dies or fails before it serves (here: scripts in its
+/// place) was sent nothing, so the launch is rejected, with its reason. (A
+/// launcher killed mid-launch is uncertain: `cli/tests/process_driver.rs`,
+/// which runs the real binary.)
 #[tokio::test]
-async fn a_killed_launcher_is_uncertain_a_failing_one_rejected() {
+async fn a_launch_server_that_never_served_rejects_the_launch_with_its_reason() {
     let fixture = Fixture::new();
     let killed = fixture.driver_with_shim(fixture.script("killed-shim", "kill -KILL $$"));
     let error = killed
         .launch(&spec(1), &fence(1, 1, 1))
         .await
         .expect_err("killed");
-    assert!(
-        matches!(error, DriverError::Uncertain { .. }),
-        "a killed launcher may have started the shim: {error}"
-    );
+    assert!(error.is_definite_no_effect(), "{error}");
+    assert!(error.to_string().contains("signal: 9"), "{error}");
     let failing =
         fixture.driver_with_shim(fixture.script("failing-shim", "echo broken >&2; exit 1"));
     let error = failing

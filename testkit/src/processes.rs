@@ -109,7 +109,8 @@ fn execution_of(driver_dir: &Path, path: &Path) -> Option<(String, u64)> {
 /// Live processes (not zombies) by what they are to the process driver.
 #[derive(Debug, Default)]
 pub struct ExecutionProcesses {
-    /// Shims (`palisade shim launch DIR`, forked by the launcher), by execution.
+    /// Shims (forked by their launcher, itself forked by a gateway's launch
+    /// server or started as `palisade shim launch DIR`), by execution.
     pub shims: BTreeMap<(String, u64), Vec<u32>>,
     /// Processes of sandbox commands (working directory
     /// `DRIVER_DIR/.workdirs/ID`, or `DIR/work` of older executions), by
@@ -169,14 +170,25 @@ pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
         std::fs::read_link(format!("/proc/{pid}/cwd"))
             .is_ok_and(|cwd| workdir_sandbox_of(driver_dir, &cwd).is_some())
     };
+    // A shim's standard error is its execution's `shim.log`; a shim of
+    // this release is a fork of its gateway's launch server, whose command
+    // line names no execution (one launched by `palisade shim launch DIR`
+    // by hand, or by an earlier release, does).
+    let shim_log_of = |pid: u32| {
+        let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).ok()?;
+        if stderr.file_name()? != "shim.log" {
+            return None;
+        }
+        execution_of(driver_dir, &stderr)
+    };
     for (pid, words) in &lines {
-        if alive(*pid)
-            && words.iter().any(|word| word == "shim")
-            && let Some(execution) = words
-                .iter()
-                .find_map(|word| execution_of(driver_dir, Path::new(word)))
-            && !in_a_workdir(*pid)
-        {
+        if !alive(*pid) || !words.iter().any(|word| word == "shim") || in_a_workdir(*pid) {
+            continue;
+        }
+        let named = words
+            .iter()
+            .find_map(|word| execution_of(driver_dir, Path::new(word)));
+        if let Some(execution) = named.or_else(|| shim_log_of(*pid)) {
             shim_pids.insert(*pid, execution);
         }
     }

@@ -27,6 +27,7 @@ use crate::{
 };
 
 use super::fencing::*;
+use super::launch_server::{LaunchOutcome, LaunchServers};
 use super::*;
 use super::{procfs::*, records::*, shim::*};
 
@@ -80,6 +81,8 @@ pub struct ProcessDriver {
     /// When the reconciler's last tombstone collection scanned the driver
     /// directory (see [`ProcessDriver::collect_tombstones_due`]); shared by clones.
     collected_at: Arc<Mutex<Option<Instant>>>,
+    /// The launch server that forks every launcher; shared by clones.
+    launch_servers: Arc<LaunchServers>,
 }
 
 impl ProcessDriver {
@@ -110,6 +113,7 @@ impl ProcessDriver {
         })?;
         Ok(ProcessDriver {
             driver_dir,
+            launch_servers: Arc::new(LaunchServers::new(shim_program.clone())),
             shim_program,
             driver_id,
             timeouts: ProcessDriverTimeouts::default(),
@@ -388,46 +392,30 @@ impl ProcessDriver {
         Ok(self.tombstone_of(sandbox_id).await?.is_some())
     }
 
-    /// Runs the launcher and waits for it; it exits as soon as the shim is started.
+    /// Starts the shim of `dir` through the gateway's launch server and
+    /// waits for its launcher, which exits as soon as the shim has reported.
     async fn start_shim(&self, dir: &Path) -> Result<(), DriverError> {
-        let mut launcher = tokio::process::Command::new(&self.shim_program);
-        launcher
-            .args(
-                ShimArgs::Launch {
-                    execution_dir: dir.to_path_buf(),
-                }
-                .to_argv(),
-            )
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let output = match launcher.spawn() {
-            Ok(child) => child.wait_with_output(),
-            Err(error) => {
-                return Err(DriverError::Rejected {
-                    message: format!(
-                        "cannot start the shim program {}: {error}",
-                        self.shim_program.display()
-                    ),
-                });
-            }
-        };
-        match tokio::time::timeout(self.timeouts.shim_start_timeout, output).await {
-            Ok(Ok(output)) if output.status.success() => Ok(()),
-            // Killed (by a signal) or never finished: it may have started the shim
-            // before it died, so only observation can tell.
-            Ok(Ok(output)) if output.status.signal().is_some() => Err(DriverError::Uncertain {
+        let outcome = tokio::time::timeout(
+            self.timeouts.shim_start_timeout,
+            self.launch_servers.launch(dir),
+        )
+        .await;
+        match outcome {
+            Ok(LaunchOutcome::Launched) => Ok(()),
+            // Nothing was sent, so no launcher ran.
+            Ok(LaunchOutcome::NotSent(message)) => Err(DriverError::Rejected { message }),
+            // Killed, or its server died with the launch: it may have started the
+            // shim before it died, so only observation can tell.
+            Ok(LaunchOutcome::Died) => Err(DriverError::Uncertain {
                 message: format!(
-                    "the shim launcher for {} was killed ({}); the shim may have started",
-                    dir.display(),
-                    output.status
+                    "the shim launcher for {} ended without saying what it did; the shim \
+                     may have started",
+                    dir.display()
                 ),
             }),
-            Ok(Ok(output)) => {
-                // It exited on its own with an error, so it started no shim; but
-                // another gateway's may have claimed the execution meanwhile.
+            Ok(LaunchOutcome::Failed(report)) => {
+                // It failed on its own, so it started no shim; but another
+                // gateway's may have claimed the execution meanwhile.
                 let observation = observe_blocking(dir.to_path_buf()).await?;
                 if observation.shim.is_some() {
                     return Ok(());
@@ -442,23 +430,25 @@ impl ProcessDriver {
                 }
                 Err(DriverError::Rejected {
                     message: format!(
-                        "the shim launcher {} failed ({}): {}",
-                        self.shim_program.display(),
-                        output.status,
-                        String::from_utf8_lossy(&output.stderr).trim()
+                        "the shim launcher of {} failed: {report}",
+                        self.shim_program.display()
                     ),
                 })
             }
-            Ok(Err(error)) => Err(DriverError::Uncertain {
-                message: format!("waiting for the shim launcher failed: {error}"),
-            }),
             Err(_) => Err(DriverError::Uncertain {
                 message: format!(
-                    "the shim launcher did not exit within {:?}",
+                    "the shim launcher for {} did not finish within {:?}",
+                    dir.display(),
                     self.timeouts.shim_start_timeout
                 ),
             }),
         }
+    }
+
+    /// The pid of this driver's launch server, if it runs (started by the
+    /// first launch; see the `launch_server` module).
+    pub async fn launch_server_pid(&self) -> Option<u32> {
+        self.launch_servers.server_pid().await
     }
 
     async fn inspect_execution(

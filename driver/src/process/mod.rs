@@ -8,11 +8,15 @@
 //! only that gateway could wait for it, and killing the gateway would orphan it with
 //! its exit status lost. Instead every execution gets a shim:
 //!
-//! - the gateway starts a short-lived *launcher* (`palisade shim launch DIR`), which
-//!   forks the shim (a copy of itself, so `ps` shows it with the same command line)
-//!   into a new session and exits as soon as the shim has reported, so the shim is
-//!   adopted by init: it is never a child of any gateway, and no gateway signal,
-//!   exit or crash reaches it;
+//! - the gateway has a short-lived *launcher* forked for each launch by its launch
+//!   server (`palisade shim launch-server`, one long-lived single-threaded child
+//!   of the gateway, so a launch costs a `fork`, not an `exec` of this binary:
+//!   the `launch_server` module); the launcher forks the shim (a copy of itself, so `ps`
+//!   shows it with the same command line, its `comm` is `palisade-shim`) into a new
+//!   session and exits as soon as the shim has reported, so the shim is adopted by
+//!   init: it is never a child of any gateway or server, and no gateway signal,
+//!   exit or crash reaches it (`palisade shim launch DIR` is the same launcher,
+//!   started by hand);
 //! - the shim starts the command in a process group of its own, waits for it, and
 //!   writes its exit status into the execution directory;
 //! - the shim is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so descendants that
@@ -201,6 +205,7 @@ use std::time::Duration;
 pub mod driver;
 mod exec;
 pub mod fencing;
+mod launch_server;
 pub mod logs;
 mod procfs;
 pub mod records;
@@ -209,6 +214,7 @@ pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
 pub use fencing::TombstoneRecord;
+pub use launch_server::TEST_KILL_LAUNCHER_VARIABLE;
 pub use logs::LOG_FILE_BYTES_MAX;
 pub use run_as::{RunAs, SandboxUser};
 pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};

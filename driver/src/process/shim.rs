@@ -56,6 +56,9 @@ pub enum ShimArgs {
     /// earlier releases, whose shims exec it; a shim of this release idles in a
     /// fork of itself instead (see `PreparedExec::idle`).
     Idle,
+    /// `launch-server`: serve a gateway's launches, forking a launcher for
+    /// each (see `launch_server`); standard input is the gateway's socket.
+    LaunchServer,
 }
 
 impl ShimArgs {
@@ -70,8 +73,10 @@ impl ShimArgs {
                 execution_dir: PathBuf::from(&words[1]),
             }),
             [Some("idle")] => Ok(ShimArgs::Idle),
+            [Some("launch-server")] => Ok(ShimArgs::LaunchServer),
             _ => Err(format!(
-                "usage: palisade {SHIM_SUBCOMMAND} (launch DIR | run DIR | idle); got {words:?}"
+                "usage: palisade {SHIM_SUBCOMMAND} (launch DIR | run DIR | idle | launch-server); \
+                 got {words:?}"
             )),
         }
     }
@@ -89,6 +94,7 @@ impl ShimArgs {
                 argv.push(execution_dir.clone().into_os_string());
             }
             ShimArgs::Idle => argv.push("idle".into()),
+            ShimArgs::LaunchServer => argv.push("launch-server".into()),
         }
         argv
     }
@@ -119,6 +125,7 @@ pub fn run_shim(args: ShimArgs) -> i32 {
         ShimArgs::Launch { execution_dir } => launch_shim(execution_dir),
         ShimArgs::Run { execution_dir } => supervise(execution_dir, take_reported_pipe()),
         ShimArgs::Idle => idle(),
+        ShimArgs::LaunchServer => super::launch_server::serve_launches(),
     };
     match result {
         Ok(()) => 0,
@@ -130,6 +137,13 @@ pub fn run_shim(args: ShimArgs) -> i32 {
 }
 
 pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
+    launch_shim_closing(dir, &[])
+}
+
+/// [`launch_shim`], closing `inherited` (descriptors of the launcher's own
+/// caller, the launch server) in the shim, which must hold nothing of the
+/// gateway's.
+pub(crate) fn launch_shim_closing(dir: &Path, inherited: &[RawFd]) -> io::Result<()> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -153,6 +167,10 @@ pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
     }
     if pid == 0 {
         drop(reported_read);
+        for fd in inherited {
+            // SAFETY: closes descriptors the caller handed over for this.
+            unsafe { libc::close(*fd) };
+        }
         std::process::exit(run_forked_shim(dir, &log, reported_write));
     }
     drop((reported_write, log));
@@ -672,7 +690,7 @@ impl BarrierChild {
     }
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array; O_CLOEXEC so that no
     // other process started later inherits them.
