@@ -1205,11 +1205,20 @@ async fn wait_until_dead(pid: u32, what: &str) {
 
 /// Every launch forks its launcher from the driver's launch server (one
 /// process, started by the first launch): killed, it is replaced by the next
-/// launch and its sandboxes go on; no shim keeps its socket; and it ends
-/// with the driver that started it.
+/// launch and its sandboxes go on; no shim keeps its socket or anything the
+/// gateway left open; and it ends with the driver that started it.
 #[tokio::test]
 async fn the_launch_server_is_replaced_when_killed_and_ends_with_its_driver() {
     let fixture = Fixture::new();
+    // A descriptor the gateway leaves open across exec (as a job server's or a
+    // supervisor's pipe is): the launch server inherits it, its shims must not.
+    let mut stray = [0 as libc::c_int; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    assert_eq!(unsafe { libc::pipe(stray.as_mut_ptr()) }, 0, "pipe");
+    let stray_pipe = fs::read_link(format!("/proc/self/fd/{}", stray[0]))
+        .expect("the stray pipe")
+        .to_string_lossy()
+        .into_owned();
     let driver = fixture.driver();
     assert_eq!(driver.launch_server_pid().await, None, "no launch yet");
     // An idle sandbox: its shim has no output pipes of its own.
@@ -1231,13 +1240,14 @@ async fn the_launch_server_is_replaced_when_killed_and_ends_with_its_driver() {
     assert_eq!(session, shim as i32);
     // (A launch's own pipes cannot be left to the shim: the driver reads them to
     // their end, so a launch whose shim kept one would never finish.)
-    let sockets: Vec<String> = descriptors(shim)
+    let handed_down: Vec<String> = descriptors(shim)
         .into_iter()
-        .filter(|fd| fd.contains(" -> socket:"))
+        .filter(|fd| fd.contains(" -> socket:") || fd.ends_with(&format!(" -> {stray_pipe}")))
         .collect();
     assert!(
-        sockets.is_empty(),
-        "the shim holds a socket (the launch server's?): {sockets:?}"
+        handed_down.is_empty(),
+        "the shim holds the launch server's socket or the gateway's descriptors: \
+         {handed_down:?}"
     );
 
     signal(server, libc::SIGKILL);
@@ -1265,6 +1275,11 @@ async fn the_launch_server_is_replaced_when_killed_and_ends_with_its_driver() {
 
     drop(driver);
     wait_until_dead(replacement, "the launch server of a dropped driver").await;
+    // SAFETY: closes the two descriptors this test opened.
+    unsafe {
+        libc::close(stray[0]);
+        libc::close(stray[1]);
+    }
     let driver = fixture.driver();
     driver
         .remove("sandbox-s", &fixture.fence("sandbox-s", 0))

@@ -88,9 +88,13 @@ const REPORT_BYTES_MAX: u64 = 64 * 1024;
 /// input). Call only while this process has one thread.
 pub(crate) fn serve_launches() -> io::Result<()> {
     const COMM: &[u8] = b"palisade-launch\0";
-    // SAFETY: prctl reads a static NUL-terminated name; signal installs a
+    // SAFETY: nothing in this process owns a descriptor above 2 yet: what is
+    // there was left open (not close-on-exec) by whatever started the
+    // gateway, and no launcher or shim should hold it for the sandbox's
+    // life. prctl reads a static NUL-terminated name; signal installs a
     // disposition, no handler.
     unsafe {
+        super::shim::close_all_but_standard_descriptors();
         libc::prctl(libc::PR_SET_NAME, COMM.as_ptr() as libc::c_ulong, 0, 0, 0);
         if libc::signal(libc::SIGCHLD, libc::SIG_IGN) == libc::SIG_ERR {
             return Err(io::Error::last_os_error());

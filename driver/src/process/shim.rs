@@ -875,6 +875,25 @@ unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! 
 /// of file tells the shim the command started), then sleep until signalled.
 /// The signal dispositions are already the defaults, so SIGTERM ends it.
 ///
+/// Closes every descriptor but 0, 1 and 2 (`close_range`; one by one before
+/// Linux 5.9). Async-signal-safe.
+///
+/// # Safety
+///
+/// Rust objects that own a closed descriptor must never use it again.
+pub(crate) unsafe fn close_all_but_standard_descriptors() {
+    // SAFETY: close_range, sysconf and close take no pointers; the caller
+    // vouches for the owners of what is closed.
+    unsafe {
+        if libc::close_range(3, libc::c_uint::MAX, 0) != 0 {
+            let limit = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as libc::c_int;
+            for fd in 3..limit {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
 /// # Safety
 ///
 /// Only in a child forked by [`spawn_behind_barrier`]: it closes descriptors
@@ -884,13 +903,7 @@ unsafe fn idle_after_fork() -> ! {
     // SAFETY: close_range, close, prctl and pause are async-signal-safe and
     // take no pointers but the comm name, a static NUL-terminated string.
     unsafe {
-        if libc::close_range(3, libc::c_uint::MAX, 0) != 0 {
-            // Before Linux 5.9: close them one by one.
-            let limit = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as libc::c_int;
-            for fd in 3..limit {
-                libc::close(fd);
-            }
-        }
+        close_all_but_standard_descriptors();
         libc::prctl(libc::PR_SET_NAME, COMM.as_ptr() as libc::c_ulong, 0, 0, 0);
         loop {
             libc::pause();
