@@ -174,8 +174,9 @@ fn run_launcher(dir: &Path, report: OwnedFd, status: OwnedFd) -> ! {
         libc::dup2(report.as_raw_fd(), 2) >= 0
     };
     drop(report);
-    // The socket must not outlive the server in a launcher or a shim: the
-    // gateway learns that the server is gone from its end closing.
+    // The server's end of the socket must not outlive the server in a
+    // launcher or a shim: the gateway's sends fail (EPIPE), telling it the
+    // server is gone, only once no process holds that end.
     let code = match redirected.then(|| redirect_to_null(0)) {
         Some(Ok(())) => match launch_shim_closing(dir, &[status.as_raw_fd()]) {
             Ok(()) => {

@@ -9,10 +9,10 @@
 //! its exit status lost. Instead every execution gets a shim:
 //!
 //! - the gateway has a short-lived *launcher* forked for each launch by its launch
-//!   server (`palisade shim launch-server`, one long-lived single-threaded child
-//!   of the gateway, so a launch costs a `fork`, not an `exec` of this binary:
-//!   the `launch_server` module); the launcher forks the shim (a copy of itself, so `ps`
-//!   shows it with the same command line, its `comm` is `palisade-shim`) into a new
+//!   server (`palisade shim launch-server`, one long-lived single-threaded child of
+//!   the gateway, so a launch costs a `fork`, not an `exec` of this binary: see the
+//!   `launch_server` module); the launcher forks the shim (a copy of itself, so `ps`
+//!   shows it with the same command line; its `comm` is `palisade-shim`) into a new
 //!   session and exits as soon as the shim has reported, so the shim is adopted by
 //!   init: it is never a child of any gateway or server, and no gateway signal,
 //!   exit or crash reaches it (`palisade shim launch DIR` is the same launcher,
