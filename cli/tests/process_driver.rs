@@ -1221,7 +1221,7 @@ async fn the_launch_server_is_replaced_when_killed_and_ends_with_its_driver() {
         .into_owned();
     let driver = fixture.driver();
     assert_eq!(driver.launch_server_pid().await, None, "no launch yet");
-    // An idle sandbox: its shim has no output pipes of its own.
+    // An idle sandbox (its shim pumps no command output).
     let first = fixture.spec("sandbox-s", 1, &[]);
     let handle = driver
         .launch(&first, &fixture.fence_for(&first))
