@@ -18,6 +18,7 @@ use palisade_driver::{
     ComputeDriver, DriverError, ExecutionHandle, ExecutionIdentity, ExecutionStatus, Fence,
     LaunchSpec,
 };
+use palisade_testkit::processes::{alive, signal};
 
 const MARKER_VARIABLE: &str = "PALISADE_TEST_MARKER";
 const CLUSTER_ID: &str = "cluster-test";
@@ -1173,12 +1174,6 @@ async fn the_launcher_exits_once_its_shim_reported() {
     assert!(fixture.processes().is_empty());
 }
 
-/// Whether `pid` is a live process (not gone, not a zombie).
-fn live(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat[stat.rfind(')').unwrap_or(0)..].starts_with(") Z"))
-}
-
 /// `pid`'s descriptors, as `N -> TARGET` (`socket:[..]`, `pipe:[..]`, a path).
 fn descriptors(pid: u32) -> Vec<String> {
     fs::read_dir(format!("/proc/{pid}/fd"))
@@ -1197,7 +1192,7 @@ fn descriptors(pid: u32) -> Vec<String> {
 
 async fn wait_until_dead(pid: u32, what: &str) {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
-    while live(pid) {
+    while alive(pid) {
         assert!(Instant::now() < deadline, "{what} (pid {pid}) still runs");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -1327,9 +1322,4 @@ async fn a_launcher_killed_after_starting_its_shim_is_uncertain_until_observed()
         .await
         .expect("remove");
     assert_nothing_runs(&fixture).await;
-}
-
-fn signal(pid: u32, signal: libc::c_int) {
-    // SAFETY: kill has no memory preconditions.
-    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0, "kill {pid}");
 }
