@@ -6,23 +6,31 @@
 //! arrays (`unnest`, `= ANY($1)`), never a loop of single-row statements;
 //! a statement carries at most [`ROWS_PER_STATEMENT_MAX`] rows.
 //!
-//! # The batch transaction, in order
+//! # The batch, in order
+//!
+//! The writes of a batch are the SQL function `palisade_project_batch`
+//! (migration 0004), called once per batch: a statement outside a
+//! transaction is its own, so the batch is applied entirely or not at all,
+//! in one round trip to the server (see [`write_batch`]). In order:
 //!
 //! 1. the guarded checkpoint update (`WHERE applied_index < $new AND
 //!    applied_index = $from`): it takes the checkpoint row's lock, so a
-//!    second projector's transaction queues behind it and then finds the
-//!    checkpoint moved (0 rows) and rolls back before writing anything.
-//!    The same statement NOTIFYs [`CHECKPOINT_CHANNEL`] with the new
-//!    checkpoint, which PostgreSQL delivers when (and only if) the
-//!    transaction commits;
+//!    second projector's call queues behind it and then finds the
+//!    checkpoint moved and fails (SQLSTATE `PLS01`) before writing
+//!    anything. It NOTIFYs [`CHECKPOINT_CHANNEL`] with the new checkpoint,
+//!    which PostgreSQL delivers when (and only if) the transaction
+//!    commits;
 //! 2. deletes, children before parents: removed sandboxes with everything
 //!    they own (one statement), cleared and revoked sessions, policies,
 //!    workspaces;
-//! 3. upserts, parents before children: workspaces, sandboxes with their
-//!    executions (one statement), sessions, policies;
+//! 3. upserts, parents before children: workspaces, sandboxes, their
+//!    executions, sessions, policies;
 //! 4. the events;
-//! 5. the shadow state, when due;
-//! 6. commit.
+//! 5. the shadow state, when due.
+//!
+//! A batch with a set of more rows than one statement carries, and a
+//! resync, are transactions of several calls: the first advances the
+//! checkpoint, each later one writes one chunk of one set, in that order.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,13 +42,13 @@ use palisade_lifecycle::{
 };
 use serde_json::Value;
 use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{PgPool, Postgres, Row};
 
 use crate::changes::{EventRow, ProjectedRows, SessionRow, WritePlan};
 use crate::error::{ProjectionError, from_db, to_db};
 
-/// Most rows one statement writes; larger sets are split into several
-/// statements of the same transaction.
+/// Most rows of one set one call of the batch function writes; larger
+/// sets are split over several calls of the same transaction.
 pub const ROWS_PER_STATEMENT_MAX: usize = 10_000;
 
 /// The embedded schema migrations (`projection/migrations`).
@@ -202,6 +210,17 @@ pub(crate) struct Written {
 /// rows of `plan`, in one transaction. Fails with
 /// [`ProjectionError::CheckpointMoved`] (rolled back) when the checkpoint
 /// is no longer at `from`.
+///
+/// One call of the `palisade_project_batch` function (migration 0004),
+/// which runs the batch's statements in order: a statement outside a
+/// transaction is its own, so the batch costs one round trip to the
+/// server instead of one per statement and two for BEGIN and COMMIT. A
+/// plan with a set of more than [`ROWS_PER_STATEMENT_MAX`] rows (a tick
+/// that replaced the sessions of sandboxes holding thousands) is written
+/// by a transaction of calls instead: the first advances the checkpoint,
+/// each of the others writes one chunk of one set. So is a batch with a
+/// stage hook (tests), for the hook to stop it between the calls and
+/// before the commit.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn write_batch(
     pool: &PgPool,
@@ -217,16 +236,38 @@ pub(crate) async fn write_batch(
     // sessions run with `synchronous_commit = off` (see the projector's
     // module doc, "Durability"), so a batch never waits for PostgreSQL's
     // disk.
-    let mut tx = pool.begin().await?;
-    advance_checkpoint(&mut tx, node_id, from, to, cluster_id).await?;
-    at_stage(hook, BatchStage::CheckpointAdvanced).await;
-    write_plan(&mut tx, plan).await?;
-    insert_events(&mut tx, &plan.events).await?;
-    if let Some((position, bytes)) = shadow {
-        write_shadow(&mut tx, position, bytes).await?;
+    let advance = Advance {
+        node_id,
+        from,
+        to,
+        cluster_id,
+    };
+    let fits_one_call = plan.largest_set() <= ROWS_PER_STATEMENT_MAX;
+    if fits_one_call && hook.is_none() {
+        project_call(Some(&advance), Rows::all(plan), shadow)?
+            .execute(pool)
+            .await
+            .map_err(|error| advance.failed(error))?;
+    } else {
+        let mut tx = pool.begin().await?;
+        let first = if fits_one_call {
+            Rows::all(plan)
+        } else {
+            Rows::default()
+        };
+        project_call(Some(&advance), first, shadow)?
+            .execute(&mut *tx)
+            .await
+            .map_err(|error| advance.failed(error))?;
+        at_stage(hook, BatchStage::CheckpointAdvanced).await;
+        if !fits_one_call {
+            for rows in Rows::chunked(plan) {
+                project_call(None, rows, None)?.execute(&mut *tx).await?;
+            }
+        }
+        at_stage(hook, BatchStage::BeforeCommit).await;
+        tx.commit().await?;
     }
-    at_stage(hook, BatchStage::BeforeCommit).await;
-    tx.commit().await?;
     Ok(Written {
         events: plan.events.len(),
     })
@@ -243,12 +284,20 @@ pub(crate) async fn write_resync(
     state: &State,
     shadow: &[u8],
 ) -> Result<(), ProjectionError> {
-    let cluster_id = state
-        .cluster
-        .as_ref()
-        .map(|cluster| cluster.cluster_id.as_str());
+    let advance = Advance {
+        node_id,
+        from,
+        to,
+        cluster_id: state
+            .cluster
+            .as_ref()
+            .map(|cluster| cluster.cluster_id.as_str()),
+    };
     let mut tx = pool.begin().await?;
-    advance_checkpoint(&mut tx, node_id, from, to, cluster_id).await?;
+    project_call(Some(&advance), Rows::default(), Some((to, shadow)))?
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| advance.failed(error))?;
     // DELETE, not TRUNCATE: readers keep seeing the old rows until commit.
     for table in [
         "ssh_sessions",
@@ -261,7 +310,10 @@ pub(crate) async fn write_resync(
             .execute(&mut *tx)
             .await?;
     }
-    write_plan(&mut tx, &WritePlan::of_state(state)).await?;
+    let plan = WritePlan::of_state(state);
+    for rows in Rows::chunked(&plan) {
+        project_call(None, rows, None)?.execute(&mut *tx).await?;
+    }
     sqlx::query(
         "INSERT INTO projection_resyncs (from_index, to_index, to_term, projected_by)
          VALUES ($1, $2, $3, $4)",
@@ -272,61 +324,191 @@ pub(crate) async fn write_resync(
     .bind(to_db("node_id", node_id)?)
     .execute(&mut *tx)
     .await?;
-    write_shadow(&mut tx, to, shadow).await?;
     tx.commit().await?;
     Ok(())
 }
 
-async fn advance_checkpoint(
-    tx: &mut Transaction<'_, Postgres>,
+/// The guarded checkpoint advance of a batch or resync.
+struct Advance<'a> {
     node_id: u64,
     from: u64,
     to: LogPosition,
-    cluster_id: Option<&str>,
-) -> Result<(), ProjectionError> {
-    let advanced = sqlx::query(
-        "UPDATE projection_checkpoint
-            SET applied_index = $1, applied_term = $2,
-                cluster_id = COALESCE($3, cluster_id),
-                projected_by = $4, updated_at = now()
-          WHERE applied_index < $1 AND applied_index = $5
-      RETURNING pg_notify($6, json_build_object('index', applied_index,
-                                                'term', applied_term)::text)",
-    )
-    .bind(to_db("applied_index", to.index)?)
-    .bind(to_db("applied_term", to.term)?)
-    .bind(cluster_id)
-    .bind(to_db("node_id", node_id)?)
-    .bind(to_db("checkpoint", from)?)
-    .bind(CHECKPOINT_CHANNEL)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected();
-    if advanced != 1 {
-        return Err(ProjectionError::CheckpointMoved { expected: from });
-    }
-    Ok(())
+    cluster_id: Option<&'a str>,
 }
 
-async fn write_shadow(
-    tx: &mut Transaction<'_, Postgres>,
-    position: LogPosition,
-    bytes: &[u8],
-) -> Result<(), ProjectionError> {
-    sqlx::query(
-        "INSERT INTO projection_shadow (singleton, applied_index, applied_term, state)
-         VALUES (TRUE, $1, $2, $3)
-         ON CONFLICT (singleton) DO UPDATE
-            SET applied_index = EXCLUDED.applied_index,
-                applied_term = EXCLUDED.applied_term,
-                state = EXCLUDED.state",
+impl Advance<'_> {
+    /// The error of a call that advanced the checkpoint: the guard's
+    /// refusal is [`ProjectionError::CheckpointMoved`].
+    fn failed(&self, error: sqlx::Error) -> ProjectionError {
+        match error {
+            sqlx::Error::Database(error) if error.code().as_deref() == Some(CHECKPOINT_MOVED) => {
+                ProjectionError::CheckpointMoved {
+                    expected: self.from,
+                }
+            }
+            error => error.into(),
+        }
+    }
+}
+
+/// The SQLSTATE `palisade_project_batch` fails with when the checkpoint is
+/// not where the batch starts (migration 0004).
+const CHECKPOINT_MOVED: &str = "PLS01";
+
+/// The rows one call of `palisade_project_batch` writes: a plan's sets, or
+/// chunks of them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rows<'a> {
+    sandboxes_removed: &'a [String],
+    sessions_cleared: &'a [String],
+    sessions_removed: &'a [(String, String)],
+    policies_removed: &'a [String],
+    workspaces_removed: &'a [String],
+    workspaces_upsert: &'a [Workspace],
+    sandboxes_upsert: &'a [Sandbox],
+    sessions_upsert: &'a [SessionRow],
+    policies_upsert: &'a [(String, SandboxPolicy)],
+    events: &'a [EventRow],
+}
+
+impl<'a> Rows<'a> {
+    fn all(plan: &'a WritePlan) -> Self {
+        Rows {
+            sandboxes_removed: &plan.sandboxes_removed,
+            sessions_cleared: &plan.sessions_cleared,
+            sessions_removed: &plan.sessions_removed,
+            policies_removed: &plan.policies_removed,
+            workspaces_removed: &plan.workspaces_removed,
+            workspaces_upsert: &plan.workspaces_upsert,
+            sandboxes_upsert: &plan.sandboxes_upsert,
+            sessions_upsert: &plan.sessions_upsert,
+            policies_upsert: &plan.policies_upsert,
+            events: &plan.events,
+        }
+    }
+
+    /// `plan`'s rows as calls of one chunk of at most
+    /// [`ROWS_PER_STATEMENT_MAX`] rows of one set each, in the order the
+    /// function writes the sets (deletes, then upserts, then events): in
+    /// sequence they do what one call of the whole plan would.
+    fn chunked(plan: &'a WritePlan) -> Vec<Self> {
+        fn chunks<'a, T>(
+            calls: &mut Vec<Rows<'a>>,
+            set: &'a [T],
+            rows: impl Fn(&'a [T]) -> Rows<'a>,
+        ) {
+            calls.extend(set.chunks(ROWS_PER_STATEMENT_MAX).map(rows));
+        }
+        let mut calls = Vec::new();
+        chunks(&mut calls, &plan.sandboxes_removed, |chunk| Rows {
+            sandboxes_removed: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.sessions_cleared, |chunk| Rows {
+            sessions_cleared: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.sessions_removed, |chunk| Rows {
+            sessions_removed: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.policies_removed, |chunk| Rows {
+            policies_removed: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.workspaces_removed, |chunk| Rows {
+            workspaces_removed: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.workspaces_upsert, |chunk| Rows {
+            workspaces_upsert: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.sandboxes_upsert, |chunk| Rows {
+            sandboxes_upsert: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.sessions_upsert, |chunk| Rows {
+            sessions_upsert: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.policies_upsert, |chunk| Rows {
+            policies_upsert: chunk,
+            ..Rows::default()
+        });
+        chunks(&mut calls, &plan.events, |chunk| Rows {
+            events: chunk,
+            ..Rows::default()
+        });
+        calls
+    }
+}
+
+/// A call of `palisade_project_batch` (its parameters in the order
+/// migration 0004 declares them): advancing the checkpoint as `advance`
+/// says (`None`: a later call of the same transaction), writing `rows`
+/// and, if given, the shadow state.
+fn project_call<'a>(
+    advance: Option<&Advance<'a>>,
+    rows: Rows<'a>,
+    shadow: Option<(LogPosition, &'a [u8])>,
+) -> Result<Bound<'a>, ProjectionError> {
+    let (node_id, from, to_index, to_term, cluster_id) = match advance {
+        Some(advance) => (
+            Some(to_db("node_id", advance.node_id)?),
+            Some(to_db("checkpoint", advance.from)?),
+            Some(to_db("applied_index", advance.to.index)?),
+            Some(to_db("applied_term", advance.to.term)?),
+            advance.cluster_id,
+        ),
+        None => (None, None, None, None, None),
+    };
+    let (sessions_removed_sandbox, sessions_removed_id): (Vec<&str>, Vec<&str>) = rows
+        .sessions_removed
+        .iter()
+        .map(|(sandbox, session)| (sandbox.as_str(), session.as_str()))
+        .unzip();
+    let (shadow_index, shadow_term, shadow_bytes) = match shadow {
+        Some((position, bytes)) => (
+            Some(to_db("shadow applied_index", position.index)?),
+            Some(to_db("shadow applied_term", position.term)?),
+            Some(bytes),
+        ),
+        None => (None, None, None),
+    };
+    let query = sqlx::query(
+        "SELECT palisade_project_batch(
+            $1, $2, $3, $4, $5, $6,
+            $7, $8, $9, $10, $11, $12,
+            $13, $14, $15, $16, $17,
+            $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
+            $32, $33, $34,
+            $35, $36, $37, $38,
+            $39, $40, $41, $42,
+            $43, $44, $45, $46, $47, $48, $49, $50, $51, $52, $53, $54, $55,
+            $56, $57, $58)",
     )
-    .bind(to_db("shadow applied_index", position.index)?)
-    .bind(to_db("shadow applied_term", position.term)?)
-    .bind(bytes)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+    .bind(node_id)
+    .bind(from)
+    .bind(to_index)
+    .bind(to_term)
+    .bind(cluster_id)
+    .bind(CHECKPOINT_CHANNEL)
+    .bind(rows.sandboxes_removed)
+    .bind(rows.sessions_cleared)
+    .bind(sessions_removed_sandbox)
+    .bind(sessions_removed_id)
+    .bind(rows.policies_removed)
+    .bind(rows.workspaces_removed);
+    let query = WorkspaceColumns::of(rows.workspaces_upsert)?.bind(query);
+    let query = SandboxColumns::of(rows.sandboxes_upsert)?.bind(query);
+    let query = SessionColumns::of(rows.sessions_upsert).bind(query);
+    let query = PolicyColumns::of(rows.policies_upsert)?.bind(query);
+    let query = EventColumns::of(rows.events)?.bind(query);
+    Ok(query
+        .bind(shadow_index)
+        .bind(shadow_term)
+        .bind(shadow_bytes))
 }
 
 fn json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Value, ProjectionError> {
@@ -349,320 +531,297 @@ pub const REMOVE_SANDBOXES_SQL: &str = "
          removed_executions AS (DELETE FROM executions WHERE sandbox_id = ANY($1))
     DELETE FROM sandboxes WHERE id = ANY($1)";
 
-async fn write_plan(
-    tx: &mut Transaction<'_, Postgres>,
-    plan: &WritePlan,
-) -> Result<(), ProjectionError> {
-    // Deletes, children before parents.
-    for ids in plan.sandboxes_removed.chunks(ROWS_PER_STATEMENT_MAX) {
-        sqlx::query(REMOVE_SANDBOXES_SQL)
-            .bind(ids)
-            .execute(&mut **tx)
-            .await?;
-    }
-    for ids in plan.sessions_cleared.chunks(ROWS_PER_STATEMENT_MAX) {
-        sqlx::query("DELETE FROM ssh_sessions WHERE sandbox_id = ANY($1)")
-            .bind(ids)
-            .execute(&mut **tx)
-            .await?;
-    }
-    for keys in plan.sessions_removed.chunks(ROWS_PER_STATEMENT_MAX) {
-        let (sandbox_ids, session_ids): (Vec<&str>, Vec<&str>) = keys
-            .iter()
-            .map(|(sandbox, session)| (sandbox.as_str(), session.as_str()))
-            .unzip();
-        sqlx::query(
-            "DELETE FROM ssh_sessions AS s
-              USING unnest($1::text[], $2::text[]) AS d(sandbox_id, id)
-              WHERE s.sandbox_id = d.sandbox_id AND s.id = d.id",
-        )
-        .bind(sandbox_ids)
-        .bind(session_ids)
-        .execute(&mut **tx)
-        .await?;
-    }
-    for ids in plan.policies_removed.chunks(ROWS_PER_STATEMENT_MAX) {
-        sqlx::query("DELETE FROM policies WHERE sandbox_id = ANY($1)")
-            .bind(ids)
-            .execute(&mut **tx)
-            .await?;
-    }
-    for names in plan.workspaces_removed.chunks(ROWS_PER_STATEMENT_MAX) {
-        sqlx::query("DELETE FROM workspaces WHERE name = ANY($1)")
-            .bind(names)
-            .execute(&mut **tx)
-            .await?;
-    }
-    // Upserts, parents before children.
-    for chunk in plan.workspaces_upsert.chunks(ROWS_PER_STATEMENT_MAX) {
-        upsert_workspaces(tx, chunk).await?;
-    }
-    for chunk in plan.sandboxes_upsert.chunks(ROWS_PER_STATEMENT_MAX) {
-        upsert_sandboxes(tx, chunk).await?;
-    }
-    for chunk in plan.sessions_upsert.chunks(ROWS_PER_STATEMENT_MAX) {
-        upsert_sessions(tx, chunk).await?;
-    }
-    for chunk in plan.policies_upsert.chunks(ROWS_PER_STATEMENT_MAX) {
-        upsert_policies(tx, chunk).await?;
-    }
-    Ok(())
+/// A bound query (`sqlx::query(...)` with some arguments bound).
+type Bound<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+/// Workspace rows as column arrays, the way the statements take them.
+struct WorkspaceColumns<'a> {
+    names: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    phases: Vec<&'static str>,
+    versions: Vec<i64>,
+    created: Vec<i64>,
 }
 
-async fn upsert_workspaces(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[Workspace],
-) -> Result<(), ProjectionError> {
-    let mut names = Vec::with_capacity(rows.len());
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut phases = Vec::with_capacity(rows.len());
-    let mut versions = Vec::with_capacity(rows.len());
-    let mut created = Vec::with_capacity(rows.len());
-    for workspace in rows {
-        names.push(workspace.name.as_str());
-        ids.push(workspace.id.as_str());
-        phases.push(workspace_phase_name(workspace.phase));
-        versions.push(to_db("resource_version", workspace.resource_version)?);
-        created.push(workspace.created_at_ms);
-    }
-    sqlx::query(
-        "INSERT INTO workspaces (name, id, phase, resource_version, created_at_ms)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int8[])
-         ON CONFLICT (name) DO UPDATE
-            SET id = EXCLUDED.id, phase = EXCLUDED.phase,
-                resource_version = EXCLUDED.resource_version,
-                created_at_ms = EXCLUDED.created_at_ms",
-    )
-    .bind(names)
-    .bind(ids)
-    .bind(phases)
-    .bind(versions)
-    .bind(created)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn upsert_sandboxes(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[Sandbox],
-) -> Result<(), ProjectionError> {
-    let count = rows.len();
-    let mut ids = Vec::with_capacity(count);
-    let mut workspaces = Vec::with_capacity(count);
-    let mut names = Vec::with_capacity(count);
-    let mut phases = Vec::with_capacity(count);
-    let mut generations = Vec::with_capacity(count);
-    let mut labels = Vec::with_capacity(count);
-    let mut annotations = Vec::with_capacity(count);
-    let mut specs = Vec::with_capacity(count);
-    let mut versions = Vec::with_capacity(count);
-    let mut created = Vec::with_capacity(count);
-    let mut messages = Vec::with_capacity(count);
-    let mut operations = Vec::with_capacity(count);
-    let mut host_identities = Vec::with_capacity(count);
-    let mut restart_counts = Vec::with_capacity(count);
-    let mut handles = Vec::with_capacity(count);
-    let mut drivers = Vec::with_capacity(count);
-    let mut exit_codes = Vec::with_capacity(count);
-    for sandbox in rows {
-        let execution = &sandbox.execution;
-        handles.push(execution.handle.as_deref());
-        drivers.push(execution.driver.as_deref());
-        exit_codes.push(execution.exit_code);
-        ids.push(sandbox.id.as_str());
-        workspaces.push(sandbox.workspace.as_str());
-        names.push(sandbox.name.as_str());
-        phases.push(sandbox.phase.as_str());
-        generations.push(to_db("generation", sandbox.execution.generation)?);
-        labels.push(json("labels", &sandbox.labels)?);
-        annotations.push(json("annotations", &sandbox.annotations)?);
-        specs.push(json("spec", &sandbox.spec)?);
-        versions.push(to_db("resource_version", sandbox.resource_version)?);
-        created.push(sandbox.created_at_ms);
-        messages.push(sandbox.message.as_deref());
-        // JSON null for "no operation": the column is NULL, not 'null'.
-        operations.push(match &sandbox.operation {
-            Some(operation) => Some(json("operation", operation)?),
-            None => None,
-        });
-        host_identities.push(sandbox.host_identity.as_str());
-        restart_counts.push(i32::try_from(sandbox.restart_count).map_err(|_| {
-            ProjectionError::OutOfRange {
-                what: "restart_count",
-                value: u64::from(sandbox.restart_count),
-            }
-        })?);
-    }
-    // The sandboxes and their executions in one statement (one round trip
-    // fewer per batch): the executions' foreign keys are checked at the
-    // end of the statement, after the sandboxes' rows are in.
-    sqlx::query(
-        "WITH upserted AS (
-            INSERT INTO sandboxes (id, workspace, name, phase, generation, labels, annotations,
-                                   spec, resource_version, created_at_ms, message, operation,
-                                   host_identity, restart_count)
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[],
-                                 $6::jsonb[], $7::jsonb[], $8::jsonb[], $9::int8[], $10::int8[],
-                                 $11::text[], $12::jsonb[], $13::text[], $14::int4[])
-            ON CONFLICT (id) DO UPDATE
-               SET workspace = EXCLUDED.workspace, name = EXCLUDED.name,
-                   phase = EXCLUDED.phase, generation = EXCLUDED.generation,
-                   labels = EXCLUDED.labels, annotations = EXCLUDED.annotations,
-                   spec = EXCLUDED.spec, resource_version = EXCLUDED.resource_version,
-                   created_at_ms = EXCLUDED.created_at_ms, message = EXCLUDED.message,
-                   operation = EXCLUDED.operation, host_identity = EXCLUDED.host_identity,
-                   restart_count = EXCLUDED.restart_count)
-         INSERT INTO executions (sandbox_id, generation, handle, driver, exit_code)
-         SELECT * FROM unnest($1::text[], $5::int8[], $15::text[], $16::text[], $17::int4[])
-         ON CONFLICT (sandbox_id) DO UPDATE
-            SET generation = EXCLUDED.generation, handle = EXCLUDED.handle,
-                driver = EXCLUDED.driver, exit_code = EXCLUDED.exit_code",
-    )
-    .bind(ids)
-    .bind(workspaces)
-    .bind(names)
-    .bind(phases)
-    .bind(generations)
-    .bind(labels)
-    .bind(annotations)
-    .bind(specs)
-    .bind(versions)
-    .bind(created)
-    .bind(messages)
-    .bind(operations)
-    .bind(host_identities)
-    .bind(restart_counts)
-    .bind(handles)
-    .bind(drivers)
-    .bind(exit_codes)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn upsert_sessions(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[SessionRow],
-) -> Result<(), ProjectionError> {
-    let mut sandbox_ids = Vec::with_capacity(rows.len());
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut created = Vec::with_capacity(rows.len());
-    let mut expires = Vec::with_capacity(rows.len());
-    for session in rows {
-        sandbox_ids.push(session.sandbox_id.as_str());
-        ids.push(session.id.as_str());
-        created.push(session.created_at_ms);
-        expires.push(session.expires_at_ms);
-    }
-    sqlx::query(
-        "INSERT INTO ssh_sessions (sandbox_id, id, created_at_ms, expires_at_ms)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[])
-         ON CONFLICT (sandbox_id, id) DO UPDATE
-            SET created_at_ms = EXCLUDED.created_at_ms,
-                expires_at_ms = EXCLUDED.expires_at_ms",
-    )
-    .bind(sandbox_ids)
-    .bind(ids)
-    .bind(created)
-    .bind(expires)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn upsert_policies(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[(String, SandboxPolicy)],
-) -> Result<(), ProjectionError> {
-    let mut ids = Vec::with_capacity(rows.len());
-    let mut versions = Vec::with_capacity(rows.len());
-    let mut documents = Vec::with_capacity(rows.len());
-    let mut updated = Vec::with_capacity(rows.len());
-    for (id, policy) in rows {
-        ids.push(id.as_str());
-        versions.push(to_db("policy version", policy.version)?);
-        documents.push(policy.document.as_str());
-        updated.push(policy.updated_at_ms);
-    }
-    sqlx::query(
-        "INSERT INTO policies (sandbox_id, version, document, updated_at_ms)
-         SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[])
-         ON CONFLICT (sandbox_id) DO UPDATE
-            SET version = EXCLUDED.version, document = EXCLUDED.document,
-                updated_at_ms = EXCLUDED.updated_at_ms",
-    )
-    .bind(ids)
-    .bind(versions)
-    .bind(documents)
-    .bind(updated)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
-async fn insert_events(
-    tx: &mut Transaction<'_, Postgres>,
-    rows: &[EventRow],
-) -> Result<(), ProjectionError> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT_MAX) {
-        let count = chunk.len();
-        let mut indexes = Vec::with_capacity(count);
-        let mut terms = Vec::with_capacity(count);
-        let mut commands = Vec::with_capacity(count);
-        let mut outcomes = Vec::with_capacity(count);
-        let mut reasons = Vec::with_capacity(count);
-        let mut messages = Vec::with_capacity(count);
-        let mut workspaces = Vec::with_capacity(count);
-        let mut sandbox_ids = Vec::with_capacity(count);
-        let mut request_ids = Vec::with_capacity(count);
-        let mut times = Vec::with_capacity(count);
-        let mut responses = Vec::with_capacity(count);
-        let mut callers = Vec::with_capacity(count);
-        let mut caller_roles = Vec::with_capacity(count);
-        for event in chunk {
-            indexes.push(to_db("log_index", event.position.index)?);
-            terms.push(to_db("term", event.position.term)?);
-            commands.push(event.command);
-            outcomes.push(event.outcome.as_str());
-            reasons.push(event.reason.as_deref());
-            messages.push(event.message.as_deref());
-            workspaces.push(event.workspace.as_deref());
-            sandbox_ids.push(event.sandbox_id.as_deref());
-            request_ids.push(event.request_id.as_deref());
-            times.push(event.command_time_ms);
-            responses.push(&event.response);
-            callers.push(event.caller.as_deref());
-            caller_roles.push(event.caller_role.as_deref());
+impl<'a> WorkspaceColumns<'a> {
+    fn of(rows: &'a [Workspace]) -> Result<Self, ProjectionError> {
+        let mut columns = WorkspaceColumns {
+            names: Vec::with_capacity(rows.len()),
+            ids: Vec::with_capacity(rows.len()),
+            phases: Vec::with_capacity(rows.len()),
+            versions: Vec::with_capacity(rows.len()),
+            created: Vec::with_capacity(rows.len()),
+        };
+        for workspace in rows {
+            columns.names.push(workspace.name.as_str());
+            columns.ids.push(workspace.id.as_str());
+            columns.phases.push(workspace_phase_name(workspace.phase));
+            columns
+                .versions
+                .push(to_db("resource_version", workspace.resource_version)?);
+            columns.created.push(workspace.created_at_ms);
         }
-        // A plain INSERT: an index already there is a double apply, which
-        // the checkpoint guard rules out; the primary key makes it an error
-        // rather than a silent duplicate.
-        sqlx::query(
-            "INSERT INTO lifecycle_events (log_index, term, command, outcome, reason, message,
-                                           workspace, sandbox_id, request_id, command_time_ms,
-                                           response, caller, caller_role)
-             SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::text[],
-                                  $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[],
-                                  $11::jsonb[], $12::text[], $13::text[])",
-        )
-        .bind(indexes)
-        .bind(terms)
-        .bind(commands)
-        .bind(outcomes)
-        .bind(reasons)
-        .bind(messages)
-        .bind(workspaces)
-        .bind(sandbox_ids)
-        .bind(request_ids)
-        .bind(times)
-        .bind(responses)
-        .bind(callers)
-        .bind(caller_roles)
-        .execute(&mut **tx)
-        .await?;
+        Ok(columns)
     }
-    Ok(())
+
+    fn bind(self, query: Bound<'a>) -> Bound<'a> {
+        query
+            .bind(self.names)
+            .bind(self.ids)
+            .bind(self.phases)
+            .bind(self.versions)
+            .bind(self.created)
+    }
+}
+
+/// Sandbox rows and their executions as column arrays.
+struct SandboxColumns<'a> {
+    ids: Vec<&'a str>,
+    workspaces: Vec<&'a str>,
+    names: Vec<&'a str>,
+    phases: Vec<&'a str>,
+    generations: Vec<i64>,
+    labels: Vec<Value>,
+    annotations: Vec<Value>,
+    specs: Vec<Value>,
+    versions: Vec<i64>,
+    created: Vec<i64>,
+    messages: Vec<Option<&'a str>>,
+    operations: Vec<Option<Value>>,
+    host_identities: Vec<&'a str>,
+    restart_counts: Vec<i32>,
+    handles: Vec<Option<&'a str>>,
+    drivers: Vec<Option<&'a str>>,
+    exit_codes: Vec<Option<i32>>,
+}
+
+impl<'a> SandboxColumns<'a> {
+    fn of(rows: &'a [Sandbox]) -> Result<Self, ProjectionError> {
+        let count = rows.len();
+        let mut columns = SandboxColumns {
+            ids: Vec::with_capacity(count),
+            workspaces: Vec::with_capacity(count),
+            names: Vec::with_capacity(count),
+            phases: Vec::with_capacity(count),
+            generations: Vec::with_capacity(count),
+            labels: Vec::with_capacity(count),
+            annotations: Vec::with_capacity(count),
+            specs: Vec::with_capacity(count),
+            versions: Vec::with_capacity(count),
+            created: Vec::with_capacity(count),
+            messages: Vec::with_capacity(count),
+            operations: Vec::with_capacity(count),
+            host_identities: Vec::with_capacity(count),
+            restart_counts: Vec::with_capacity(count),
+            handles: Vec::with_capacity(count),
+            drivers: Vec::with_capacity(count),
+            exit_codes: Vec::with_capacity(count),
+        };
+        for sandbox in rows {
+            let execution = &sandbox.execution;
+            columns.handles.push(execution.handle.as_deref());
+            columns.drivers.push(execution.driver.as_deref());
+            columns.exit_codes.push(execution.exit_code);
+            columns.ids.push(sandbox.id.as_str());
+            columns.workspaces.push(sandbox.workspace.as_str());
+            columns.names.push(sandbox.name.as_str());
+            columns.phases.push(sandbox.phase.as_str());
+            columns
+                .generations
+                .push(to_db("generation", sandbox.execution.generation)?);
+            columns.labels.push(json("labels", &sandbox.labels)?);
+            columns
+                .annotations
+                .push(json("annotations", &sandbox.annotations)?);
+            columns.specs.push(json("spec", &sandbox.spec)?);
+            columns
+                .versions
+                .push(to_db("resource_version", sandbox.resource_version)?);
+            columns.created.push(sandbox.created_at_ms);
+            columns.messages.push(sandbox.message.as_deref());
+            // JSON null for "no operation": the column is NULL, not 'null'.
+            columns.operations.push(match &sandbox.operation {
+                Some(operation) => Some(json("operation", operation)?),
+                None => None,
+            });
+            columns.host_identities.push(sandbox.host_identity.as_str());
+            columns
+                .restart_counts
+                .push(i32::try_from(sandbox.restart_count).map_err(|_| {
+                    ProjectionError::OutOfRange {
+                        what: "restart_count",
+                        value: u64::from(sandbox.restart_count),
+                    }
+                })?);
+        }
+        Ok(columns)
+    }
+
+    /// Binds the sandboxes' 14 columns, then the executions' 3 (handle,
+    /// driver, exit code).
+    fn bind(self, query: Bound<'a>) -> Bound<'a> {
+        query
+            .bind(self.ids)
+            .bind(self.workspaces)
+            .bind(self.names)
+            .bind(self.phases)
+            .bind(self.generations)
+            .bind(self.labels)
+            .bind(self.annotations)
+            .bind(self.specs)
+            .bind(self.versions)
+            .bind(self.created)
+            .bind(self.messages)
+            .bind(self.operations)
+            .bind(self.host_identities)
+            .bind(self.restart_counts)
+            .bind(self.handles)
+            .bind(self.drivers)
+            .bind(self.exit_codes)
+    }
+}
+
+/// SSH session rows as column arrays.
+struct SessionColumns<'a> {
+    sandbox_ids: Vec<&'a str>,
+    ids: Vec<&'a str>,
+    created: Vec<i64>,
+    expires: Vec<i64>,
+}
+
+impl<'a> SessionColumns<'a> {
+    fn of(rows: &'a [SessionRow]) -> Self {
+        let mut columns = SessionColumns {
+            sandbox_ids: Vec::with_capacity(rows.len()),
+            ids: Vec::with_capacity(rows.len()),
+            created: Vec::with_capacity(rows.len()),
+            expires: Vec::with_capacity(rows.len()),
+        };
+        for session in rows {
+            columns.sandbox_ids.push(session.sandbox_id.as_str());
+            columns.ids.push(session.id.as_str());
+            columns.created.push(session.created_at_ms);
+            columns.expires.push(session.expires_at_ms);
+        }
+        columns
+    }
+
+    fn bind(self, query: Bound<'a>) -> Bound<'a> {
+        query
+            .bind(self.sandbox_ids)
+            .bind(self.ids)
+            .bind(self.created)
+            .bind(self.expires)
+    }
+}
+
+/// Policy rows as column arrays.
+struct PolicyColumns<'a> {
+    ids: Vec<&'a str>,
+    versions: Vec<i64>,
+    documents: Vec<&'a str>,
+    updated: Vec<i64>,
+}
+
+impl<'a> PolicyColumns<'a> {
+    fn of(rows: &'a [(String, SandboxPolicy)]) -> Result<Self, ProjectionError> {
+        let mut columns = PolicyColumns {
+            ids: Vec::with_capacity(rows.len()),
+            versions: Vec::with_capacity(rows.len()),
+            documents: Vec::with_capacity(rows.len()),
+            updated: Vec::with_capacity(rows.len()),
+        };
+        for (id, policy) in rows {
+            columns.ids.push(id.as_str());
+            columns
+                .versions
+                .push(to_db("policy version", policy.version)?);
+            columns.documents.push(policy.document.as_str());
+            columns.updated.push(policy.updated_at_ms);
+        }
+        Ok(columns)
+    }
+
+    fn bind(self, query: Bound<'a>) -> Bound<'a> {
+        query
+            .bind(self.ids)
+            .bind(self.versions)
+            .bind(self.documents)
+            .bind(self.updated)
+    }
+}
+
+/// Event rows as column arrays.
+struct EventColumns<'a> {
+    indexes: Vec<i64>,
+    terms: Vec<i64>,
+    commands: Vec<&'static str>,
+    outcomes: Vec<&'a str>,
+    reasons: Vec<Option<&'a str>>,
+    messages: Vec<Option<&'a str>>,
+    workspaces: Vec<Option<&'a str>>,
+    sandbox_ids: Vec<Option<&'a str>>,
+    request_ids: Vec<Option<&'a str>>,
+    times: Vec<Option<i64>>,
+    responses: Vec<&'a Value>,
+    callers: Vec<Option<&'a str>>,
+    caller_roles: Vec<Option<&'a str>>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn of(rows: &'a [EventRow]) -> Result<Self, ProjectionError> {
+        let count = rows.len();
+        let mut columns = EventColumns {
+            indexes: Vec::with_capacity(count),
+            terms: Vec::with_capacity(count),
+            commands: Vec::with_capacity(count),
+            outcomes: Vec::with_capacity(count),
+            reasons: Vec::with_capacity(count),
+            messages: Vec::with_capacity(count),
+            workspaces: Vec::with_capacity(count),
+            sandbox_ids: Vec::with_capacity(count),
+            request_ids: Vec::with_capacity(count),
+            times: Vec::with_capacity(count),
+            responses: Vec::with_capacity(count),
+            callers: Vec::with_capacity(count),
+            caller_roles: Vec::with_capacity(count),
+        };
+        for event in rows {
+            columns
+                .indexes
+                .push(to_db("log_index", event.position.index)?);
+            columns.terms.push(to_db("term", event.position.term)?);
+            columns.commands.push(event.command);
+            columns.outcomes.push(event.outcome.as_str());
+            columns.reasons.push(event.reason.as_deref());
+            columns.messages.push(event.message.as_deref());
+            columns.workspaces.push(event.workspace.as_deref());
+            columns.sandbox_ids.push(event.sandbox_id.as_deref());
+            columns.request_ids.push(event.request_id.as_deref());
+            columns.times.push(event.command_time_ms);
+            columns.responses.push(&event.response);
+            columns.callers.push(event.caller.as_deref());
+            columns.caller_roles.push(event.caller_role.as_deref());
+        }
+        Ok(columns)
+    }
+
+    fn bind(self, query: Bound<'a>) -> Bound<'a> {
+        query
+            .bind(self.indexes)
+            .bind(self.terms)
+            .bind(self.commands)
+            .bind(self.outcomes)
+            .bind(self.reasons)
+            .bind(self.messages)
+            .bind(self.workspaces)
+            .bind(self.sandbox_ids)
+            .bind(self.request_ids)
+            .bind(self.times)
+            .bind(self.responses)
+            .bind(self.callers)
+            .bind(self.caller_roles)
+    }
 }
 
 // ---- reads -------------------------------------------------------------
@@ -806,4 +965,104 @@ pub async fn read_rows(pool: &PgPool) -> Result<ProjectedRows, ProjectionError> 
         );
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_postgres::TestPostgres;
+
+    fn at(index: u64) -> LogPosition {
+        LogPosition { index, term: 1 }
+    }
+
+    fn events(indexes: std::ops::RangeInclusive<u64>) -> Vec<EventRow> {
+        indexes
+            .map(|index| EventRow {
+                position: at(index),
+                command: "Tick",
+                outcome: "Ticked".to_string(),
+                reason: None,
+                message: None,
+                workspace: None,
+                sandbox_id: None,
+                request_id: None,
+                command_time_ms: None,
+                response: Value::Null,
+                caller: None,
+                caller_role: None,
+            })
+            .collect()
+    }
+
+    async fn events_projected(pool: &PgPool) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM lifecycle_events")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// A batch is one call of `palisade_project_batch`, unless one of its
+    /// sets is too large for one statement: then it is written statement
+    /// by statement. Either way the checkpoint guards it: a batch that
+    /// does not start at the checkpoint writes nothing and is reported as
+    /// the checkpoint having moved.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_is_one_call_or_statements_and_the_checkpoint_guards_both() {
+        let postgres = TestPostgres::start().await.unwrap();
+        let pool = PgPool::connect(postgres.url()).await.unwrap();
+        migrate(&pool).await.unwrap();
+
+        let small = WritePlan {
+            events: events(1..=3),
+            ..WritePlan::default()
+        };
+        assert!(small.largest_set() <= ROWS_PER_STATEMENT_MAX);
+        let last = 3 + ROWS_PER_STATEMENT_MAX as u64 + 1;
+        let large = WritePlan {
+            events: events(4..=last),
+            ..WritePlan::default()
+        };
+        assert!(large.largest_set() > ROWS_PER_STATEMENT_MAX);
+
+        // Not at the checkpoint (0): refused, nothing written.
+        for (from, to, plan) in [(2, 3, &small), (2, last, &large)] {
+            let refused = write_batch(&pool, 1, from, at(to), None, plan, None, None).await;
+            assert!(
+                matches!(
+                    refused,
+                    Err(ProjectionError::CheckpointMoved { expected }) if expected == from
+                ),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(events_projected(&pool).await, 0);
+
+        write_batch(&pool, 1, 0, at(3), Some("cluster"), &small, None, None)
+            .await
+            .unwrap();
+        write_batch(
+            &pool,
+            2,
+            3,
+            at(last),
+            None,
+            &large,
+            Some((at(last), b"{}")),
+            None,
+        )
+        .await
+        .unwrap();
+        let checkpoint = read_checkpoint(&pool).await.unwrap();
+        assert_eq!(checkpoint.position, at(last));
+        assert_eq!(checkpoint.cluster_id.as_deref(), Some("cluster"));
+        assert_eq!(events_projected(&pool).await, last as i64);
+        // Replayed: the guard refuses it (the checkpoint is past it).
+        let replayed = write_batch(&pool, 1, 0, at(3), None, &small, None, None).await;
+        assert!(
+            matches!(replayed, Err(ProjectionError::CheckpointMoved { .. })),
+            "{replayed:?}"
+        );
+        assert_eq!(events_projected(&pool).await, last as i64);
+    }
 }

@@ -617,12 +617,14 @@ async fn two_projectors_at_once_never_double_apply() -> Result<()> {
     let (task_a, _active_a) = run(a.with_stage_hook(a_hook));
     tokio::time::timeout(WAIT, paused.notified()).await?;
     let (task_b, _active_b) = run(b);
-    // Wait until B's guarded update is blocked on A's row lock.
+    // Wait until B's guarded update is blocked on A's row lock (B's
+    // statement is the call of the batch function, whose first statement
+    // is the guarded update).
     tokio::time::timeout(WAIT, async {
         loop {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%projection_checkpoint%'",
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%palisade_project_batch%'",
             )
             .fetch_one(projection_a.pool())
             .await?;
