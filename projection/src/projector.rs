@@ -21,7 +21,8 @@
 //! copy of the state (the private `changes` module). That copy must be the
 //! state *at the checkpoint*, not the replica's current state, which may be
 //! ahead. So the first batch, and then one every
-//! [`SHADOW_INTERVAL_ENTRIES`] entries, also stores the shadow
+//! [`SHADOW_INTERVAL_ENTRIES`] entries (more for a large shadow: see
+//! [`entries_between_shadows`]), also stores the shadow
 //! (`projection_shadow`: the state's JSON without the cluster secret and
 //! the SSH token digests) in the same transaction as the checkpoint; a
 //! projector that starts, takes over, or lost a race loads it and replays
@@ -96,8 +97,30 @@ use palisade_raft::receipt_store::ReceiptFiles;
 
 /// Most log entries one batch transaction projects.
 pub const BATCH_ENTRIES_MAX: usize = 512;
-/// The shadow state is stored at least every this many entries.
+/// The shadow state is stored every this many entries, or less often for
+/// a large one (see [`entries_between_shadows`]).
 pub const SHADOW_INTERVAL_ENTRIES: u64 = 1_000;
+/// Bytes of stored shadow a projected entry may cost: a shadow of `n`
+/// bytes is stored at most every `n / SHADOW_BYTES_PER_ENTRY` entries.
+pub const SHADOW_BYTES_PER_ENTRY: u64 = 1024;
+
+/// Entries to project between two stored shadows, with
+/// `interval_entries` configured and the last stored shadow of
+/// `shadow_bytes`: the interval, or more for a large shadow, so that
+/// storing shadows costs at most [`SHADOW_BYTES_PER_ENTRY`] per entry
+/// (encoding and writing a shadow is O(state): at a fixed interval a state
+/// of a million sandboxes, whose snapshot is ~650 MiB, had hundreds of
+/// megabytes of shadow encoded and written every thousand entries). The
+/// price is the replay of a projector that starts or takes over: up to
+/// that many entries from the stored shadow to the checkpoint
+/// (`shadow_bytes / 1 KiB`: ~650,000 for that state, about five seconds
+/// of the pure apply at the ~8 us an entry it takes under load). The
+/// clock bound ([`SHADOW_INTERVAL_CLOCK_MS`]) holds regardless.
+pub fn entries_between_shadows(interval_entries: u64, shadow_bytes: u64) -> u64 {
+    interval_entries
+        .max(shadow_bytes / SHADOW_BYTES_PER_ENTRY)
+        .max(1)
+}
 /// Log entries whose `lifecycle_events` rows are kept, unless configured:
 /// rows of older entries are deleted as the projection advances, so the
 /// table stays bounded (~0.5 KB a row: about 0.5 GB) at any write rate.
@@ -158,7 +181,8 @@ pub struct ProjectionConfig {
     pub node_id: u64,
     /// Entries per batch transaction (1..=[`BATCH_ENTRIES_MAX`]).
     pub batch_entries_max: usize,
-    /// Entries between stored shadows.
+    /// Entries between stored shadows (more for a large shadow: see
+    /// [`entries_between_shadows`]).
     pub shadow_interval_entries: u64,
     /// Seed of the retry jitter.
     pub seed: u64,
@@ -269,6 +293,9 @@ pub struct Projector<S: ReplicaSource> {
     shadow_stored_at: Option<u64>,
     /// The replicated clock of the shadow last stored (or loaded).
     shadow_stored_clock_ms: i64,
+    /// Size of the shadow last stored (or loaded), which spaces the next
+    /// one (see [`entries_between_shadows`]).
+    shadow_stored_bytes: u64,
     /// `lifecycle_events` rows at or below this index were deleted by this
     /// projector (`None`: not yet, the first pruning has no lower bound).
     events_pruned_through: Option<u64>,
@@ -375,6 +402,7 @@ impl<S: ReplicaSource> Projector<S> {
             shadow_stored_at: None,
             events_pruned_through: None,
             shadow_stored_clock_ms: 0,
+            shadow_stored_bytes: 0,
             migrated: false,
             rng,
             last_status_log: Instant::now(),
@@ -631,12 +659,16 @@ impl<S: ReplicaSource> Projector<S> {
             .map_err(ProjectionError::ShadowReceipts)?;
         let to = shadow.position;
         let plan = WritePlan::of_changes(&shadow.state, changes);
-        // Every `shadow_interval_entries`, and at least every
-        // SHADOW_INTERVAL_CLOCK_MS of replicated time: a stored shadow is
-        // usable only while the replica's clock is within the receipts
-        // horizon of it (see `Shadow::restore_receipts`).
+        // Every `shadow_interval_entries` (more for a large shadow), and
+        // at least every SHADOW_INTERVAL_CLOCK_MS of replicated time: a
+        // stored shadow is usable only while the replica's clock is within
+        // the receipts horizon of it (see `Shadow::restore_receipts`).
+        let between = entries_between_shadows(
+            self.config.shadow_interval_entries,
+            self.shadow_stored_bytes,
+        );
         let shadow_bytes = if self.shadow_stored_at.is_none_or(|stored| {
-            to.index >= stored + self.config.shadow_interval_entries
+            to.index >= stored + between
                 || shadow
                     .state
                     .clock_ms
@@ -671,6 +703,7 @@ impl<S: ReplicaSource> Projector<S> {
         if shadow_bytes.is_some() {
             self.shadow_stored_at = Some(to.index);
             self.shadow_stored_clock_ms = shadow.state.clock_ms;
+            self.shadow_stored_bytes = shadow_bytes.as_ref().map_or(0, |bytes| bytes.len() as u64);
             // The replaced shadow's row (and its TOAST chunks) are dead
             // tuples: reclaim them now rather than leave the table's size
             // to autovacuum.
@@ -744,9 +777,10 @@ impl<S: ReplicaSource> Projector<S> {
         let mut shadow = match kept {
             Some(shadow) => shadow,
             None => match bounded(store::read_shadow(&self.pool)).await? {
-                Some((position, state)) if position.index <= target.index => {
+                Some((position, state, stored_bytes)) if position.index <= target.index => {
                     self.shadow_stored_at = Some(position.index);
                     self.shadow_stored_clock_ms = state.clock_ms;
+                    self.shadow_stored_bytes = stored_bytes;
                     let mut shadow = Shadow { state, position };
                     self.receipts_on_disk(&mut shadow)?;
                     // The stored shadow holds only the receipts that may
@@ -931,6 +965,7 @@ impl<S: ReplicaSource> Projector<S> {
             "projection resynced from the replica's state; the events of the entries in between are not in lifecycle_events (see projection_resyncs)"
         );
         self.shadow_stored_clock_ms = shadow.state.clock_ms;
+        self.shadow_stored_bytes = bytes.len() as u64;
         self.shadow = Some(shadow);
         self.verified = true;
         self.shadow_stored_at = Some(position.index);

@@ -178,10 +178,11 @@ pub(crate) async fn prune_events(
     Ok(deleted.rows_affected())
 }
 
-/// Reads the stored shadow state, if any.
+/// Reads the stored shadow state, if any: its position, the state and
+/// the size it is stored in.
 pub(crate) async fn read_shadow(
     pool: &PgPool,
-) -> Result<Option<(LogPosition, State)>, ProjectionError> {
+) -> Result<Option<(LogPosition, State, u64)>, ProjectionError> {
     let Some(row) = sqlx::query("SELECT applied_index, applied_term, state FROM projection_shadow")
         .fetch_optional(pool)
         .await?
@@ -197,7 +198,7 @@ pub(crate) async fn read_shadow(
         what: "the stored shadow state",
         source,
     })?;
-    Ok(Some((position, state)))
+    Ok(Some((position, state, bytes.len() as u64)))
 }
 
 /// What a committed batch or resync wrote.

@@ -1486,3 +1486,95 @@ async fn a_standing_by_projector_follows_each_batch_by_notification() -> Result<
     standby_task.abort();
     Ok(())
 }
+
+/// The stored shadow: its index, its size, and the replicated clock of
+/// the state it holds.
+async fn stored_shadow(projection: &Projection) -> Result<(u64, u64, i64)> {
+    let row = sqlx::query(
+        "SELECT applied_index, octet_length(state) AS bytes,
+                (convert_from(state, 'UTF8')::jsonb ->> 'clock_ms')::bigint AS clock_ms
+           FROM projection_shadow",
+    )
+    .fetch_one(projection.pool())
+    .await?;
+    let index: i64 = row.try_get("applied_index")?;
+    let bytes: i32 = row.try_get("bytes")?;
+    let clock_ms: i64 = row.try_get("clock_ms")?;
+    Ok((index as u64, bytes as u64, clock_ms))
+}
+
+/// Storing the shadow is O(state): a shadow of S bytes is stored at most
+/// every S / 1 KiB entries, however small the configured interval (at a
+/// fixed interval, a state of a million sandboxes had its ~600 MB shadow
+/// rewritten every thousand entries). A store the replicated clock made
+/// due (`SHADOW_INTERVAL_CLOCK_MS`) is the one exception.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_shadow_is_stored_once_per_kibibyte_of_entries() -> Result<()> {
+    use palisade_projection::SHADOW_INTERVAL_CLOCK_MS;
+    use palisade_projection::projector::entries_between_shadows;
+    // Every entry, configured: the workload's shadow (~10 KB) then spaces
+    // them by ~10.
+    const INTERVAL: u64 = 1;
+    let mut harness = Harness::new(seed()).await?;
+    harness.drive(3000);
+    let config = ProjectionConfig {
+        batch_entries_max: 1,
+        shadow_interval_entries: INTERVAL,
+        ..ProjectionConfig::new(harness.postgres.url(), 1)
+    };
+    let (projector, projection) = Projector::new(config, harness.replica.clone())?;
+    let (task, _active) = run(projector);
+    assert_rows_equal(&projection, &harness.replica).await?;
+
+    // Drive until a shadow is stored, so that the test starts right after
+    // one (a step is one batch).
+    let (first_at, _, _) = stored_shadow(&projection).await?;
+    let mut stored = None;
+    for _ in 0..16_000 {
+        harness.drive(1);
+        assert_rows_equal(&projection, &harness.replica).await?;
+        let shadow = stored_shadow(&projection).await?;
+        if shadow.0 != first_at {
+            stored = Some(shadow);
+            break;
+        }
+    }
+    let Some((stored_at, bytes, clock_ms)) = stored else {
+        anyhow::bail!("no shadow was stored after {first_at} in 16,000 entries");
+    };
+    let between = entries_between_shadows(INTERVAL, bytes);
+    ensure!(
+        between >= 4 * INTERVAL,
+        "the workload's shadow ({bytes} bytes) is too small to show the spacing"
+    );
+    // One entry short of `between` past the stored shadow: at the
+    // configured interval it would have been stored again several times.
+    let short = (stored_at + between - 1).saturating_sub(harness.replica.last().index);
+    ensure!(
+        short >= 2 * INTERVAL,
+        "only {short} entries before the next store"
+    );
+    harness.drive_steadily(short as usize).await;
+    assert_rows_equal(&projection, &harness.replica).await?;
+    let (still_at, _, still_clock_ms) = stored_shadow(&projection).await?;
+    if still_at != stored_at {
+        ensure!(
+            still_clock_ms - clock_ms >= SHADOW_INTERVAL_CLOCK_MS,
+            "a shadow of {bytes} bytes stored at {stored_at} was stored again at {still_at}, \
+             before {between} entries"
+        );
+        // Stored by the clock: the spacing starts again from there.
+        task.abort();
+        return Ok(());
+    }
+    // Past it: stored again.
+    harness.drive_steadily(2).await;
+    assert_rows_equal(&projection, &harness.replica).await?;
+    let (next_at, _, _) = stored_shadow(&projection).await?;
+    ensure!(
+        next_at >= stored_at + between,
+        "the shadow was not stored again {between} entries after {stored_at} (at {next_at})"
+    );
+    task.abort();
+    Ok(())
+}
