@@ -1,6 +1,6 @@
 -- One round trip per projected batch (issue 18): the statements of a
 -- batch, in the order and with the guards the batch transaction had
--- (palisade-projection, store.rs, "The batch transaction"), in a function
+-- (palisade-projection, store.rs, "The batch, in order"), in a function
 -- that the projector calls as a single statement. A statement outside an
 -- explicit transaction is its own transaction, so the batch is still
 -- applied entirely or not at all; a batch that was ~6 round trips (BEGIN,

@@ -264,12 +264,20 @@ async fn random_workload_projection_equals_state_row_for_row() -> Result<()> {
             harness.replica.elect();
         }
     }
+    // A floor, not a target: how many sandboxes the workload leaves
+    // depends on the seed (4 for some after the rounds above, 9 for
+    // others), and a handful is enough for the row-by-row comparison and
+    // the lists below to mean something: the workload goes on (bounded)
+    // until that many are left.
+    for _ in 0..40 {
+        if harness.replica.state().sandboxes.len() >= 5 {
+            break;
+        }
+        harness.drive_steadily(100).await;
+    }
     assert_rows_equal(&projection, &harness.replica).await?;
     assert_events_exactly_once(&projection, &harness, None).await?;
 
-    // A floor, not a target: the count depends on the seed (9 for some),
-    // and a handful is enough for the row-by-row comparison to mean
-    // something.
     let state = harness.replica.state();
     ensure!(
         state.sandboxes.len() >= 5,
