@@ -541,26 +541,6 @@ pub(crate) struct WritePlan {
 }
 
 impl WritePlan {
-    /// The number of rows of its largest set (of removals, of upserts, of
-    /// events).
-    pub fn largest_set(&self) -> usize {
-        [
-            self.sandboxes_removed.len(),
-            self.sessions_cleared.len(),
-            self.sessions_removed.len(),
-            self.policies_removed.len(),
-            self.workspaces_removed.len(),
-            self.workspaces_upsert.len(),
-            self.sandboxes_upsert.len(),
-            self.sessions_upsert.len(),
-            self.policies_upsert.len(),
-            self.events.len(),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0)
-    }
-
     /// The final rows of everything `changes` marked, read from `state`
     /// (the shadow after the whole batch).
     pub fn of_changes(state: &State, changes: BatchChanges) -> Self {

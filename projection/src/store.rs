@@ -243,7 +243,7 @@ pub(crate) async fn write_batch(
         to,
         cluster_id,
     };
-    let fits_one_call = plan.largest_set() <= ROWS_PER_STATEMENT_MAX;
+    let fits_one_call = Rows::all(plan).largest_set() <= ROWS_PER_STATEMENT_MAX;
     if fits_one_call && hook.is_none() {
         project_call(Some(&advance), Rows::all(plan), shadow)?
             .execute(pool)
@@ -386,6 +386,26 @@ impl<'a> Rows<'a> {
             policies_upsert: &plan.policies_upsert,
             events: &plan.events,
         }
+    }
+
+    /// The number of rows of the largest set (of removals, of upserts, of
+    /// events).
+    fn largest_set(&self) -> usize {
+        [
+            self.sandboxes_removed.len(),
+            self.sessions_cleared.len(),
+            self.sessions_removed.len(),
+            self.policies_removed.len(),
+            self.workspaces_removed.len(),
+            self.workspaces_upsert.len(),
+            self.sandboxes_upsert.len(),
+            self.sessions_upsert.len(),
+            self.policies_upsert.len(),
+            self.events.len(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
     }
 
     /// `plan`'s rows as calls of one chunk of at most
@@ -1018,13 +1038,13 @@ mod tests {
             events: events(1..=3),
             ..WritePlan::default()
         };
-        assert!(small.largest_set() <= ROWS_PER_STATEMENT_MAX);
+        assert!(Rows::all(&small).largest_set() <= ROWS_PER_STATEMENT_MAX);
         let last = 3 + ROWS_PER_STATEMENT_MAX as u64 + 1;
         let large = WritePlan {
             events: events(4..=last),
             ..WritePlan::default()
         };
-        assert!(large.largest_set() > ROWS_PER_STATEMENT_MAX);
+        assert!(Rows::all(&large).largest_set() > ROWS_PER_STATEMENT_MAX);
 
         // Not at the checkpoint (0): refused, nothing written.
         for (from, to, plan) in [(2, 3, &small), (2, last, &large)] {
