@@ -607,6 +607,27 @@ mod tests {
     }
 
     #[test]
+    fn put_new_writes_values_and_orders_and_counts_what_it_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = table(&dir);
+        table.put("b", b"old", None, None).unwrap();
+        let replaced = table
+            .put_new([
+                ("a", &b"1"[..], Some(7)),
+                ("b", &b"2"[..], Some(3)),
+                ("c", &b"3"[..], None),
+            ])
+            .unwrap();
+        assert_eq!(replaced, 1, "b had a value");
+        assert_eq!(table.get("a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(table.get("c").unwrap().as_deref(), Some(&b"3"[..]));
+        assert_eq!(
+            table.ordered_up_to(10, 10).unwrap(),
+            vec![(3, "b".to_string()), (7, "a".to_string())]
+        );
+    }
+
+    #[test]
     fn the_file_is_replaced_on_create_and_removed_on_drop() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("receipts.redb");
