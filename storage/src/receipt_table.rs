@@ -290,9 +290,11 @@ impl ReceiptTable {
 
     /// Stores every `(key, value, order)` of `entries`, none of whose keys
     /// has a value yet, opening each table once for all of them (a
-    /// [`put`](ReceiptTable::put) opens them per call, a twentieth of a
-    /// busy replica's apply). Answers how many keys already had a value
-    /// (replaced: the caller's mistake to report).
+    /// [`put`](ReceiptTable::put) opens them per call: 1.6 % of a
+    /// 3-replica cluster's CPU at 256 clients when every settled receipt
+    /// was a put). Answers how many keys already had a value (replaced:
+    /// the caller's mistake to report; their old place in the order is
+    /// left as it was).
     pub fn put_new<'a>(
         &self,
         entries: impl IntoIterator<Item = (&'a str, &'a [u8], Option<i64>)>,
