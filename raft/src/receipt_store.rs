@@ -204,28 +204,27 @@ impl Unwritten {
     }
 
     /// Writes every receipt to `table` (one batch, key order) and empties.
-    fn write_to(&mut self, table: &ReceiptTable) {
+    fn write_to(&mut self, table: &ReceiptTable) -> Result<(), ReceiptTableError> {
         if self.by_id.is_empty() {
-            return;
+            return Ok(());
         }
         let encoded: Vec<(&str, Vec<u8>, i64)> = self
             .by_id
             .iter()
             .map(|(id, receipt)| (id.as_str(), encode(receipt), Self::settled_at(receipt)))
             .collect();
-        let replaced = table
-            .put_new(
-                encoded
-                    .iter()
-                    .map(|(id, bytes, order)| (*id, bytes.as_slice(), Some(*order))),
-            )
-            .unwrap_or_else(|e| fail_stop(e));
+        let replaced = table.put_new(
+            encoded
+                .iter()
+                .map(|(id, bytes, order)| (*id, bytes.as_slice(), Some(*order))),
+        )?;
         assert_eq!(
             replaced, 0,
             "settled receipts were written over receipts already in the table"
         );
         self.by_id.clear();
         self.order.clear();
+        Ok(())
     }
 }
 
@@ -368,8 +367,9 @@ impl ReceiptStore for DiskReceipts {
         self.unwritten
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
-            .write_to(&self.table);
-        self.table.commit().map_err(|error| error.to_string())
+            .write_to(&self.table)
+            .and_then(|()| self.table.commit())
+            .map_err(|error| error.to_string())
     }
 }
 
@@ -387,7 +387,9 @@ impl DiskReceipts {
     /// committed first (a commit is not a durability point here, see
     /// `palisade_storage::receipt_table`).
     fn frozen(&self) -> FrozenReceipts {
-        self.lock_unwritten().write_to(&self.table);
+        self.lock_unwritten()
+            .write_to(&self.table)
+            .unwrap_or_else(|e| fail_stop(e));
         self.table.commit().unwrap_or_else(|e| fail_stop(e));
         FrozenReceipts {
             view: self.table.view().unwrap_or_else(|e| fail_stop(e)),
