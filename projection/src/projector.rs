@@ -700,10 +700,10 @@ impl<S: ReplicaSource> Projector<S> {
         ))
         .await?;
         let elapsed = started.elapsed();
-        if shadow_bytes.is_some() {
+        if let Some(bytes) = &shadow_bytes {
             self.shadow_stored_at = Some(to.index);
             self.shadow_stored_clock_ms = shadow.state.clock_ms;
-            self.shadow_stored_bytes = shadow_bytes.as_ref().map_or(0, |bytes| bytes.len() as u64);
+            self.shadow_stored_bytes = bytes.len() as u64;
             // The replaced shadow's row (and its TOAST chunks) are dead
             // tuples: reclaim them now rather than leave the table's size
             // to autovacuum.

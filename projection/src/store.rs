@@ -243,19 +243,16 @@ pub(crate) async fn write_batch(
         to,
         cluster_id,
     };
-    let fits_one_call = Rows::all(plan).largest_set() <= ROWS_PER_STATEMENT_MAX;
+    let all = Rows::all(plan);
+    let fits_one_call = all.largest_set() <= ROWS_PER_STATEMENT_MAX;
     if fits_one_call && hook.is_none() {
-        project_call(Some(&advance), Rows::all(plan), shadow)?
+        project_call(Some(&advance), all, shadow)?
             .execute(pool)
             .await
             .map_err(|error| advance.failed(error))?;
     } else {
         let mut tx = pool.begin().await?;
-        let first = if fits_one_call {
-            Rows::all(plan)
-        } else {
-            Rows::default()
-        };
+        let first = if fits_one_call { all } else { Rows::default() };
         project_call(Some(&advance), first, shadow)?
             .execute(&mut *tx)
             .await
