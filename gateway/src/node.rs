@@ -600,11 +600,6 @@ async fn serve_replica(
             message: error.to_string(),
         })?;
     log_store.set_timings(Arc::new(crate::observe::LogTimings(metrics.log.clone())));
-    // A follower syncs an append itself when its log's writer is idle, a
-    // leader hands every append to the writer (see `palisade_storage`'s
-    // "An idle writer's append"); a replica starts out following.
-    let inline_appends = log_store.inline_appends();
-    inline_appends.enable();
     // Projection: the projector reads the log through its own reader.
     let log_reader = log_store.reader();
     let format_record = log_store.format_record();
@@ -687,15 +682,12 @@ async fn serve_replica(
     );
     let on_lead = executor.clone();
     let on_step_down = executor.clone();
-    let appends_on_lead = inline_appends.clone();
     let _leader_watch = raft.on_leader_change(
         move |leader_id| {
-            appends_on_lead.disable();
             on_lead.lead(leader_id.term);
             async {}
         },
         move |_| {
-            inline_appends.enable();
             on_step_down.step_down();
             async {}
         },

@@ -72,7 +72,6 @@ pub use error::Corruption;
 pub use error::LogStoreError;
 pub use error::RecordKey;
 pub use log_store::FormatRecord;
-pub use log_store::InlineAppends;
 pub use log_store::LOG_FILE_NAME;
 pub use log_store::LogReader;
 pub use log_store::LogStore;

@@ -99,37 +99,6 @@
 //! that old on any replica that lags); linearizable reads wait for the
 //! read index and are not affected.
 //!
-//! # An idle writer's append, on the caller's thread
-//!
-//! Handing an append to the writer thread costs two thread wake-ups on the
-//! way to its acknowledgement: the writer's, and then openraft's core's,
-//! woken by the callback. On this project's 2-core test machine (three
-//! replicas and the client sharing it) each cost 25-115 µs (`perf`-timed
-//! marks on one request's path), and on a follower both are on the path of
-//! every write: the leader commits once a follower acknowledged. So with
-//! [`InlineAppends::enable`] (the gateway enables it while its replica
-//! follows, see `palisade_gateway::node`), an append that finds the writer
-//! idle is made durable by the caller itself, inside `append`, and its
-//! callback runs before `append` returns. Idle means: nothing queued for
-//! it, no group under way, and none ended less long ago than it took
-//! (light load: under load the appends that come during a sync are better
-//! merged into the writer's next group, and the core better kept free),
-//! and the last group took at most [`INLINE_GROUP_TIME_MAX`] (a slow disk
-//! keeps its syncs off the runtime's threads). Order is kept: the writer
-//! takes its turn (a lock) for every group, and an append goes inline only
-//! if no write is queued and the turn is free, so it passes nothing queued
-//! before it. A leader keeps its appends on the writer: openraft sends
-//! entries to the followers after `append` returns, so a leader syncing
-//! inline would delay the replication the commit waits for. The sync
-//! blocks the runtime's worker thread it runs on, for one group of one
-//! append at light load (a few hundred µs on the test machine); the other
-//! workers run on. `tokio::task::block_in_place`, which would hand this
-//! worker's tasks to another thread first, costs a thread wake-up of its
-//! own: with it 16 clients lost ~5 % (`palisade-bench`, alternated A/B),
-//! without it they did not measurably, and one client gained 8-11 %.
-//! Outside a multi-threaded tokio runtime (whose only thread it would
-//! block) every append goes to the writer.
-//!
 //! A reader takes the pending entries it needs before it looks at the
 //! segments: the writer adds entries to the segments before it drops them
 //! from the map, so a reader finds each entry in one or the other.
@@ -179,7 +148,6 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::RwLock;
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::mpsc;
 
 use openraft::OptionalSend;
@@ -220,12 +188,6 @@ pub const LOG_FILE_NAME: &str = "log.redb";
 /// A single entry larger than this is still returned, alone. The peer
 /// transport must accept messages of at least this size plus framing.
 pub const READ_BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
-
-/// The longest the last group may have taken for an append to be made
-/// durable on its caller's thread (see "An idle writer's append"): a sync
-/// blocks a runtime worker thread, which is fine for the few hundred µs of
-/// a healthy disk, not for a disk that stalls.
-pub const INLINE_GROUP_TIME_MAX: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The lowest `format` there is: the layout of the first release (entries
 /// in the database's `log` table), and the owner's level of a new log.
@@ -290,23 +252,6 @@ struct Shared {
     /// The committed log id openraft saved last, and whether the writer
     /// has written it.
     committed: std::sync::Mutex<CommittedPoint>,
-    /// Whether an append may be made durable on its caller's thread when
-    /// the writer is idle (see "An idle writer's append").
-    inline_appends: std::sync::atomic::AtomicBool,
-    /// Writes queued for the writer that it has not taken yet.
-    queued_writes: std::sync::atomic::AtomicUsize,
-    /// Held by whoever writes the files: the writer thread for each group
-    /// (and each lone committed record), or an append made inline.
-    write_turn: std::sync::Mutex<()>,
-    /// When the last group was durable, and how long it took.
-    last_group: std::sync::Mutex<LastGroup>,
-}
-
-/// The last group made durable (see "An idle writer's append").
-#[derive(Debug, Clone, Copy)]
-struct LastGroup {
-    ended: std::time::Instant,
-    took: std::time::Duration,
 }
 
 /// The committed log id openraft gave and what of it is on disk (see "The
@@ -463,39 +408,6 @@ impl Shared {
             return None;
         }
         Some(COMMITTED_SAVE_INTERVAL.saturating_sub(point.written_at.elapsed()))
-    }
-
-    /// The writer's turn, if an append may take it now: inline appends are
-    /// enabled, this is a multi-threaded tokio runtime, and the writer is
-    /// idle (see "An idle writer's append"). Nothing can be queued while
-    /// the caller holds the turn and writes: writes are queued by the
-    /// store's owner, which is the caller.
-    fn idle_writer_turn(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        let multi_threaded = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        });
-        let last = *self
-            .last_group
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !self.inline_appends.load(AtomicOrdering::SeqCst)
-            || !multi_threaded
-            || self.queued_writes.load(AtomicOrdering::SeqCst) != 0
-            || last.took > INLINE_GROUP_TIME_MAX
-            || last.ended.elapsed() < last.took
-        {
-            return None;
-        }
-        self.write_turn.try_lock().ok()
-    }
-
-    /// The writer's turn, waited for (see `write_turn`).
-    fn writer_turn(&self) -> std::sync::MutexGuard<'_, ()> {
-        // Guards no data: a panic while it was held leaves nothing
-        // half-changed that the lock would protect.
-        self.write_turn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn has_failed(&self) -> bool {
@@ -698,13 +610,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
             failed: std::sync::Mutex::new(None),
             pending: std::sync::Mutex::new(PendingEntries::default()),
             committed: std::sync::Mutex::new(CommittedPoint::new()),
-            inline_appends: std::sync::atomic::AtomicBool::new(false),
-            queued_writes: std::sync::atomic::AtomicUsize::new(0),
-            write_turn: std::sync::Mutex::new(()),
-            last_group: std::sync::Mutex::new(LastGroup {
-                ended: std::time::Instant::now(),
-                took: std::time::Duration::ZERO,
-            }),
         });
         let writer = match mode {
             WriteMode::Inline => Writer {
@@ -754,15 +659,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
         &self.reader.shared.path
     }
 
-    /// The switch of inline appends (see "An idle writer's append" in the
-    /// module doc): off until enabled. A handle, because openraft owns the
-    /// store once the Raft is built.
-    pub fn inline_appends(&self) -> InlineAppends {
-        InlineAppends {
-            shared: Arc::clone(&self.reader.shared),
-        }
-    }
-
     /// A read handle sharing this store's files.
     pub fn reader(&self) -> LogReader<C> {
         self.reader.clone()
@@ -786,23 +682,13 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// Queues `job` for the writer; its `done` learns the outcome once it
     /// is durable. A writer that is gone fails the job at once.
     fn queue(&self, job: WriteJob) {
-        let shared = &self.reader.shared;
         let Some(jobs) = &self.writer.jobs else {
             // WriteMode::Inline (the queue closes otherwise only when the
             // store is dropped).
-            run_batch::<C>(shared, vec![job]);
+            run_batch::<C>(&self.reader.shared, vec![job]);
             return;
         };
-        if job.append.is_some()
-            && let Some(turn) = shared.idle_writer_turn()
-        {
-            run_batch::<C>(shared, vec![job]);
-            drop(turn);
-            return;
-        }
-        shared.queued_writes.fetch_add(1, AtomicOrdering::SeqCst);
         if let Err(mpsc::SendError(job)) = jobs.send(job) {
-            shared.queued_writes.fetch_sub(1, AtomicOrdering::SeqCst);
             if let Some(append) = job.append {
                 drop_pending(&self.reader.shared, append);
             }
@@ -1283,42 +1169,6 @@ where
     }
 }
 
-/// Switches a store's inline appends on and off (see "An idle writer's
-/// append" in the module doc). Cheap to clone; shares the store.
-#[derive(Clone)]
-pub struct InlineAppends {
-    shared: Arc<Shared>,
-}
-
-impl InlineAppends {
-    /// Lets an append that finds the writer idle be made durable on its
-    /// caller's thread: for a replica that follows.
-    pub fn enable(&self) {
-        self.shared
-            .inline_appends
-            .store(true, AtomicOrdering::SeqCst);
-    }
-
-    /// Every append goes to the writer thread: for a replica that leads.
-    pub fn disable(&self) {
-        self.shared
-            .inline_appends
-            .store(false, AtomicOrdering::SeqCst);
-    }
-}
-
-impl fmt::Debug for InlineAppends {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter
-            .debug_struct("InlineAppends")
-            .field(
-                "enabled",
-                &self.shared.inline_appends.load(AtomicOrdering::SeqCst),
-            )
-            .finish()
-    }
-}
-
 /// The owner's version of what the log holds: the `level` record (see the
 /// module doc), which Palisade raises to the cluster feature level before
 /// it applies a raise. Cheap to clone; shares the store's open database.
@@ -1772,23 +1622,16 @@ fn write_loop<C: RaftTypeConfig>(shared: &Shared, queued: &mpsc::Receiver<WriteJ
             Ok(job) => job,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 // Nothing else to write: the committed log id alone.
-                let _turn = shared.writer_turn();
                 write_committed_alone::<C>(shared, false);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
-        // The turn before the count goes down: an append that finds
-        // nothing queued then finds the turn taken, and cannot pass the
-        // jobs taken here (see "An idle writer's append").
-        let _turn = shared.writer_turn();
-        shared.queued_writes.fetch_sub(1, AtomicOrdering::SeqCst);
         let mut ends_group = first.ends_group;
         let mut jobs = vec![first];
         while !ends_group && jobs.len() < WRITES_PER_COMMIT_MAX {
             match queued.try_recv() {
                 Ok(job) => {
-                    shared.queued_writes.fetch_sub(1, AtomicOrdering::SeqCst);
                     ends_group = job.ends_group;
                     jobs.push(job);
                 }
@@ -1799,7 +1642,6 @@ fn write_loop<C: RaftTypeConfig>(shared: &Shared, queued: &mpsc::Receiver<WriteJ
     }
     // The store was dropped: a clean shutdown keeps the last committed log
     // id it was given.
-    let _turn = shared.writer_turn();
     write_committed_alone::<C>(shared, true);
 }
 
@@ -1822,13 +1664,6 @@ fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
         .map(|job| (job.work, (job.operation, job.done, job.append)))
         .unzip();
     let mut failure = write_group::<C>(shared, works, false).err();
-    *shared
-        .last_group
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = LastGroup {
-        ended: std::time::Instant::now(),
-        took: started.elapsed(),
-    };
     if failure.is_none()
         && let Some(timings) = shared.timings.get()
     {
@@ -2540,25 +2375,6 @@ mod tests {
         release
     }
 
-    /// Whether the append's callback has not run yet.
-    fn not_yet_flushed(
-        receiver: &mut openraft::alias::OneshotReceiverOf<TestConfig, Result<(), io::Error>>,
-    ) -> bool {
-        matches!(
-            receiver.try_recv(),
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty)
-        )
-    }
-
-    /// As if the writer's last group ended long ago and took no time: the
-    /// next append may go inline, however slow this machine's disk.
-    fn idle_for_long(store: &Store) {
-        *store.reader.shared.last_group.lock().unwrap() = LastGroup {
-            ended: std::time::Instant::now() - std::time::Duration::from_secs(1),
-            took: std::time::Duration::ZERO,
-        };
-    }
-
     fn callback() -> (
         IOFlushed<TestConfig>,
         openraft::alias::OneshotReceiverOf<TestConfig, Result<(), io::Error>>,
@@ -2645,7 +2461,10 @@ mod tests {
         // No callback before the writer made the entries durable.
         for receiver in &mut flushed {
             assert!(
-                not_yet_flushed(receiver),
+                matches!(
+                    receiver.try_recv(),
+                    Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+                ),
                 "an append reported flushed before the writer wrote it"
             );
         }
@@ -2678,221 +2497,6 @@ mod tests {
         let commits = commits.0.load(std::sync::atomic::Ordering::SeqCst);
         assert!((2..=3).contains(&commits), "{commits} commits");
         assert!(store.reader.shared.pending().entries.is_empty());
-    }
-
-    /// With inline appends enabled (a follower), an append that finds the
-    /// writer idle is durable, and its callback has run, when `append`
-    /// returns: no hand-off to the writer thread and back (see "An idle
-    /// writer's append").
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_idle_writers_append_is_durable_when_append_returns_once_enabled() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = store_with_entries(dir.path(), 0..3).await;
-        store.inline_appends().enable();
-        for index in 3..8 {
-            idle_for_long(&store);
-            let (callback, mut receiver) = callback();
-            store.append([blank(1, index)], callback).await.unwrap();
-            assert!(
-                matches!(receiver.try_recv(), Ok(Ok(()))),
-                "append {index} returned before its callback ran"
-            );
-            assert_eq!(
-                store.verify().unwrap(),
-                index + 1,
-                "append {index} not on disk"
-            );
-        }
-        assert!(store.reader.shared.pending().entries.is_empty());
-        // Disabled again (the replica leads): back to the writer, which
-        // the held write keeps busy.
-        store.inline_appends().disable();
-        let release = hold_the_writer(&store);
-        let (callback, mut receiver) = callback();
-        store.append([blank(1, 8)], callback).await.unwrap();
-        assert!(not_yet_flushed(&mut receiver));
-        drop(release);
-        receiver.await.unwrap().unwrap();
-        assert_eq!(store.verify().unwrap(), 9);
-    }
-
-    /// An append never passes a write queued before it: with inline
-    /// appends enabled but the writer busy, appends wait for it, in order,
-    /// and the ones after it go inline again.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_append_behind_a_busy_writer_waits_for_it_even_when_inline_is_enabled() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = store_with_entries(dir.path(), 0..3).await;
-        store.inline_appends().enable();
-        let release = hold_the_writer(&store);
-        let mut flushed = Vec::new();
-        for index in 3..6 {
-            let (callback, receiver) = callback();
-            store.append([blank(1, index)], callback).await.unwrap();
-            flushed.push(receiver);
-        }
-        for receiver in &mut flushed {
-            assert!(
-                not_yet_flushed(receiver),
-                "an append passed the write queued before it"
-            );
-        }
-        assert_eq!(store.verify().unwrap(), 3);
-        drop(release);
-        for receiver in flushed {
-            receiver.await.unwrap().unwrap();
-        }
-        assert_eq!(store.verify().unwrap(), 6);
-        // The writer is idle again (its turn released once its group is
-        // done): the next append goes inline.
-        assert!(
-            eventually(std::time::Duration::from_secs(5), || {
-                store.reader.shared.write_turn.try_lock().is_ok()
-            })
-            .await
-        );
-        idle_for_long(&store);
-        let (callback, mut receiver) = callback();
-        store.append([blank(1, 6)], callback).await.unwrap();
-        assert!(matches!(receiver.try_recv(), Ok(Ok(()))));
-        assert_eq!(store.verify().unwrap(), 7);
-    }
-
-    /// Inline and queued writes mixed at random (appends of 1-3 entries
-    /// whose callbacks are awaited or not, votes, truncations of what is
-    /// not committed, and a writer held busy for the next few appends, so
-    /// that appends come while it still writes what was queued): the log
-    /// that reopens is the one that was written, entry for entry,
-    /// whichever way each write went.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn inline_and_queued_writes_mixed_at_random_leave_the_log_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(dir.path()).unwrap();
-        store.inline_appends().enable();
-        let mut random = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = || {
-            random ^= random << 13;
-            random ^= random >> 7;
-            random ^= random << 17;
-            random
-        };
-        // The log as written: index -> term.
-        let mut expected: Vec<u64> = Vec::new();
-        let mut term = 1;
-        let mut unflushed = Vec::new();
-        // The held writer, and how many appends before it is let go.
-        let mut held: Option<(std::sync::mpsc::Sender<()>, u64)> = None;
-        for _ in 0..1_000 {
-            if let Some((release, left)) = held.take()
-                && left > 0
-            {
-                held = Some((release, left - 1));
-            }
-            match next() % 10 {
-                2 if held.is_none() => held = Some((hold_the_writer(&store), next() % 4)),
-                // Votes and truncations wait for the writer.
-                0..=2 if held.is_some() => {}
-                0 => {
-                    term += 1;
-                    store
-                        .save_vote(&openraft::Vote::new(term, 1))
-                        .await
-                        .unwrap();
-                }
-                1 if expected.len() > 2 => {
-                    let keep = expected.len() as u64 - 1 - next() % 2;
-                    store
-                        .truncate_after(Some(log_id(expected[keep as usize], keep)))
-                        .await
-                        .unwrap();
-                    expected.truncate(keep as usize + 1);
-                }
-                _ => {
-                    let count = 1 + next() % 3;
-                    let first = expected.len() as u64;
-                    let (callback, receiver) = callback();
-                    store
-                        .append(
-                            (first..first + count).map(|index| blank(term, index)),
-                            callback,
-                        )
-                        .await
-                        .unwrap();
-                    expected.extend((0..count).map(|_| term));
-                    // A held writer answers no callback until let go.
-                    if held.is_none() && next() % 2 == 0 {
-                        receiver.await.unwrap().unwrap();
-                    } else {
-                        unflushed.push(receiver);
-                    }
-                }
-            }
-        }
-        for receiver in unflushed {
-            receiver.await.unwrap().unwrap();
-        }
-        drop(store);
-        let mut reopened = Store::open(dir.path()).unwrap().reader();
-        let written: Vec<(u64, u64)> = reopened
-            .try_get_log_entries(0..)
-            .await
-            .unwrap()
-            .iter()
-            .map(|entry| (entry.index(), entry.log_id().committed_leader_id().term))
-            .collect();
-        let expected: Vec<(u64, u64)> = expected
-            .into_iter()
-            .enumerate()
-            .map(|(index, term)| (index as u64, term))
-            .collect();
-        assert_eq!(written, expected);
-    }
-
-    /// When an append may go inline: enabled, on a multi-threaded
-    /// runtime, the writer idle for at least as long as its last group
-    /// took, and that group no slower than `INLINE_GROUP_TIME_MAX`.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_append_goes_inline_only_after_the_writer_idled_as_long_as_its_last_group_took() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = store_with_entries(dir.path(), 0..3).await;
-        let shared = &store.reader.shared;
-        let second = std::time::Duration::from_secs(1);
-        let set = |ended_ago: std::time::Duration, took: std::time::Duration| {
-            *shared.last_group.lock().unwrap() = LastGroup {
-                ended: std::time::Instant::now() - ended_ago,
-                took,
-            };
-        };
-        let inline = || shared.idle_writer_turn().is_some();
-        set(second, std::time::Duration::ZERO);
-        assert!(!inline(), "not enabled");
-        store.inline_appends().enable();
-        assert!(inline());
-        set(std::time::Duration::ZERO, INLINE_GROUP_TIME_MAX);
-        assert!(!inline(), "the last group just ended");
-        set(second, INLINE_GROUP_TIME_MAX);
-        assert!(inline());
-        set(
-            second,
-            INLINE_GROUP_TIME_MAX + std::time::Duration::from_micros(1),
-        );
-        assert!(!inline(), "the last group was slow");
-        set(second, std::time::Duration::ZERO);
-        let turn = shared.writer_turn();
-        assert!(!inline(), "the writer holds its turn");
-        drop(turn);
-        store.inline_appends().disable();
-        assert!(!inline(), "disabled");
-        // Where an inline sync would block the only thread.
-        store.inline_appends().enable();
-        let shared = Arc::clone(&store.reader.shared);
-        let current_thread = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap()
-                .block_on(async { shared.idle_writer_turn().is_some() })
-        });
-        assert!(!current_thread.join().unwrap(), "a current-thread runtime");
     }
 
     /// An append queued behind a vote must not become durable before it
