@@ -175,24 +175,71 @@ fn heard_in(
 }
 
 /// Keeps `record` up to date from `raft`'s metrics until Raft stops.
+///
+/// openraft's full metrics change with every append, commit and apply, and
+/// a task woken by each change costs a busy replica a wake-up (often of
+/// another thread) per change. So the recorder watches them only while
+/// they may still show a member not heard from ([`may_hear_more`]); once
+/// everything they can show is recorded, it waits on the server metrics
+/// (vote, state, leader, membership), which change only with an election
+/// or a membership change: the only events after which more can be heard.
 pub fn spawn_recorder(
     node_id: NodeId,
     raft: &Raft,
     record: MembersHeard,
 ) -> tokio::task::JoinHandle<()> {
     let mut metrics = raft.metrics();
+    let mut server = raft.server_metrics();
     tokio::spawn(async move {
         loop {
-            let heard = heard_in(node_id, &metrics.borrow_and_update());
-            if let Err(error) = record.record(&heard).await {
-                // Not fatal: the record only strengthens a startup check.
-                warn!(%error, "cannot record the members heard from; will retry");
-            }
-            if metrics.changed().await.is_err() {
+            let (heard, more) = {
+                let server = server.borrow_and_update();
+                let metrics = metrics.borrow_and_update();
+                (
+                    heard_in(node_id, &metrics),
+                    may_hear_more(node_id, &metrics, &server),
+                )
+            };
+            let recorded = match record.record(&heard).await {
+                Ok(()) => true,
+                Err(error) => {
+                    // Not fatal: the record only strengthens a startup check.
+                    warn!(%error, "cannot record the members heard from; will retry");
+                    false
+                }
+            };
+            let changed = if recorded && !more {
+                server.changed().await
+            } else {
+                metrics.changed().await
+            };
+            if changed.is_err() {
                 return;
             }
         }
     })
+}
+
+/// Whether `metrics` may yet show a member heard from that they do not
+/// show now, before `server` (the server metrics) changes: when they lag
+/// behind the server metrics (those are published first), or when this
+/// replica leads and a replication target has not acknowledged its log
+/// yet. A follower hears only its leader, which the server metrics show.
+fn may_hear_more(
+    node_id: NodeId,
+    metrics: &openraft::RaftMetrics<palisade_raft::TypeConfig>,
+    server: &openraft::metrics::RaftServerMetrics<palisade_raft::TypeConfig>,
+) -> bool {
+    let agree = metrics.state == server.state
+        && metrics.current_leader == server.current_leader
+        && metrics.vote == server.vote
+        && metrics.membership_config.log_id() == server.membership_config.log_id();
+    let unacknowledged = metrics
+        .replication
+        .iter()
+        .flatten()
+        .any(|(id, matched)| *id != node_id && matched.is_none());
+    !agree || unacknowledged
 }
 
 /// What a founding member answered.
