@@ -49,6 +49,9 @@ pub fn entries_between_snapshots(interval_entries: u64, state_bytes: u64) -> u64
         .max(1)
 }
 
+/// The cadence looks at the applied index at most this often (see [`run`]).
+pub const CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The replicas' snapshot builds are spread over this many phases of an
 /// interval (see the module doc): three replicas, three phases.
 pub const SNAPSHOT_PHASES: u64 = 3;
@@ -108,6 +111,11 @@ pub async fn run(node_id: u64, raft: Raft, state: StateHandle, interval_entries:
                 return; // Raft stopped.
             }
         }
+        // Applied entries arrive in batches, hundreds to thousands a second
+        // under load; this task woken by each cost a busy replica a wake-up
+        // (often of another thread) per batch. Looking at most once per
+        // CHECK_INTERVAL makes a build at most that late.
+        tokio::time::sleep(CHECK_INTERVAL).await;
     }
 }
 
