@@ -1199,7 +1199,7 @@ impl Drop for InspectionRunning {
 }
 
 /// The executor's to-do list, kept up to date from the applied sandbox
-/// changes ([`StateHandle::events_after`]) so that an applied entry costs
+/// changes ([`StateHandle::sandboxes_changed_after`]) so that an applied entry costs
 /// O(sandboxes it changed), and an idle cluster costs nothing. A full scan
 /// happens only at the start of a term, or when the executor fell further
 /// behind than the retained changes.
@@ -1252,11 +1252,11 @@ impl Agenda {
     /// Adds the sandboxes changed since the last call.
     fn catch_up(&mut self, state: &StateHandle) {
         if let Some(index) = self.caught_up_to
-            && let Some(events) = state.events_after(index, usize::MAX)
+            && let Some(changes) = state.sandboxes_changed_after(index)
         {
-            for event in events {
-                self.caught_up_to = Some(event.index);
-                self.insert(event.sandbox.id);
+            for (index, sandbox_id) in changes {
+                self.caught_up_to = Some(index);
+                self.insert(sandbox_id);
             }
             return;
         }

@@ -119,6 +119,23 @@ impl EventLog {
         Some(self.events.range(start..).take(limit).cloned().collect())
     }
 
+    /// The index and sandbox id of every change after `index`, oldest
+    /// first: what [`Self::after`] returns, without copying the sandboxes
+    /// (the executor's agenda needs only which ones changed). `None` if
+    /// some were already dropped.
+    pub fn changed_after(&self, index: u64) -> Option<Vec<(u64, String)>> {
+        if index < self.floor {
+            return None;
+        }
+        let start = self.events.partition_point(|event| event.index <= index);
+        Some(
+            self.events
+                .range(start..)
+                .map(|event| (event.index, event.sandbox.id.clone()))
+                .collect(),
+        )
+    }
+
     fn push(&mut self, event: SandboxEvent) {
         if self.events.len() == WATCH_EVENTS_RETAINED_MAX
             && let Some(dropped) = self.events.pop_front()
@@ -444,6 +461,16 @@ impl StateHandle {
             .read()
             .unwrap_or_else(poisoned)
             .after(index, limit)
+    }
+
+    /// The index and sandbox id of every sandbox change after `index` (see
+    /// [`EventLog::changed_after`]).
+    pub fn sandboxes_changed_after(&self, index: u64) -> Option<Vec<(u64, String)>> {
+        self.shared
+            .events
+            .read()
+            .unwrap_or_else(poisoned)
+            .changed_after(index)
     }
 
     /// Waits until the applied index reaches `index`.
@@ -1034,6 +1061,61 @@ mod tests {
 
     fn log_id(term: u64, index: u64) -> LogId {
         LogId::new(term.into(), index)
+    }
+
+    /// A sandbox as a create makes it, named and identified by `id`.
+    fn created_sandbox(id: &str) -> palisade_lifecycle::Sandbox {
+        let mut state = State::new();
+        let create = palisade_lifecycle::Command::BeginCreate {
+            id: id.into(),
+            workspace: "default".into(),
+            name: id.into(),
+            spec: Default::default(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            time_ms: 1,
+            host_identity: "ssh-ed25519 AAAAevents".into(),
+            request: palisade_lifecycle::RequestMeta {
+                id: format!("request-{id}"),
+                payload_digest: "digest".into(),
+                time_ms: 1,
+            },
+        };
+        let position = LogPosition { index: 1, term: 1 };
+        let response = palisade_lifecycle::apply(&mut state, position, &create);
+        assert!(response.is_ok(), "{response:?}");
+        (*state.sandboxes[id]).clone()
+    }
+
+    /// The executor's agenda reads which sandboxes changed after an index
+    /// without copying them: the same changes, in the same order, as the
+    /// events watchers read, and `None` once some were dropped.
+    #[test]
+    fn changed_sandboxes_are_the_retained_events_without_the_copies() {
+        let mut log = EventLog::default();
+        for (index, id) in [(3, "a"), (4, "b"), (6, "a"), (9, "c")] {
+            log.push(SandboxEvent {
+                index,
+                change: SandboxChange::Modified,
+                sandbox: created_sandbox(id),
+            });
+        }
+        for after in [0, 3, 5, 6, 9, 12] {
+            let events: Vec<(u64, String)> = log
+                .after(after, usize::MAX)
+                .unwrap()
+                .into_iter()
+                .map(|event| (event.index, event.sandbox.id))
+                .collect();
+            assert_eq!(log.changed_after(after).unwrap(), events, "after {after}");
+        }
+        assert_eq!(
+            log.changed_after(5).unwrap(),
+            vec![(6, "a".to_string()), (9, "c".to_string())]
+        );
+        log.reset(7);
+        assert_eq!(log.changed_after(6), None);
+        assert_eq!(log.changed_after(7), Some(Vec::new()));
     }
 
     /// The race: a snapshot build copies the state at 100 and serializes it
