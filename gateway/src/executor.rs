@@ -1199,10 +1199,10 @@ impl Drop for InspectionRunning {
 }
 
 /// The executor's to-do list, kept up to date from the applied sandbox
-/// changes ([`StateHandle::sandboxes_changed_after`]) so that an applied entry costs
-/// O(sandboxes it changed), and an idle cluster costs nothing. A full scan
-/// happens only at the start of a term, or when the executor fell further
-/// behind than the retained changes.
+/// changes ([`StateHandle::sandboxes_changed_after`]) so that an applied
+/// entry costs O(sandboxes it changed), and an idle cluster costs nothing.
+/// A full scan happens only at the start of a term, or when the executor
+/// fell further behind than the retained changes.
 ///
 /// Candidates are served first come, first served. When every effect slot
 /// is busy (more pending operations than `effects_in_flight_max`), the

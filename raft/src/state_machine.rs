@@ -112,11 +112,7 @@ impl EventLog {
     /// The first `limit` changes after `index`, or `None` if some were
     /// already dropped (the watcher must list again).
     pub fn after(&self, index: u64, limit: usize) -> Option<Vec<SandboxEvent>> {
-        if index < self.floor {
-            return None;
-        }
-        let start = self.events.partition_point(|event| event.index <= index);
-        Some(self.events.range(start..).take(limit).cloned().collect())
+        Some(self.retained_after(index)?.take(limit).cloned().collect())
     }
 
     /// The index and sandbox id of every change after `index`, oldest
@@ -124,16 +120,21 @@ impl EventLog {
     /// (the executor's agenda needs only which ones changed). `None` if
     /// some were already dropped.
     pub fn changed_after(&self, index: u64) -> Option<Vec<(u64, String)>> {
+        Some(
+            self.retained_after(index)?
+                .map(|event| (event.index, event.sandbox.id.clone()))
+                .collect(),
+        )
+    }
+
+    /// The changes after `index`, oldest first, or `None` if some were
+    /// already dropped.
+    fn retained_after(&self, index: u64) -> Option<impl Iterator<Item = &SandboxEvent>> {
         if index < self.floor {
             return None;
         }
         let start = self.events.partition_point(|event| event.index <= index);
-        Some(
-            self.events
-                .range(start..)
-                .map(|event| (event.index, event.sandbox.id.clone()))
-                .collect(),
-        )
+        Some(self.events.range(start..))
     }
 
     fn push(&mut self, event: SandboxEvent) {
