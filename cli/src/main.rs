@@ -27,11 +27,13 @@ fn main() {
     let cli = Cli::parse();
     let server = matches!(cli.command, Command::Up(_) | Command::Gateway(_));
     let chaos = matches!(cli.command, Command::Chaos(_));
-    let (format, otlp_endpoint) = match &cli.command {
-        Command::Gateway(GatewayCommand::Run(args)) => {
-            (args.log_format, args.otlp_endpoint.clone())
-        }
-        _ => (LogFormat::Text, None),
+    let (format, otlp_endpoint, worker_threads) = match &cli.command {
+        Command::Gateway(GatewayCommand::Run(args)) => (
+            args.log_format,
+            args.otlp_endpoint.clone(),
+            args.worker_threads,
+        ),
+        _ => (LogFormat::Text, None, None),
     };
     let mut otlp = None;
     if server {
@@ -51,7 +53,13 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // What `Runtime::new()` builds, with `gateway run --worker-threads`.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(threads) = worker_threads {
+        builder.worker_threads(usize::from(threads));
+    }
+    let runtime = match builder.build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

@@ -74,6 +74,10 @@ pub struct UpArgs {
     /// Serve no `/metrics` and no status page.
     #[arg(long)]
     pub no_metrics: bool,
+    /// Threads of each replica's async runtime (1-1024; default: one per
+    /// core). See `palisade gateway run --help`.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
 }
 
 /// Offset of the default `--metrics-base-port` from `--base-port` (the
@@ -336,6 +340,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         "--driver".to_string(),
         args.driver.flag_value().to_string(),
     ];
+    if let Some(threads) = args.worker_threads {
+        spec.gateway_args
+            .extend(["--worker-threads".to_string(), threads.to_string()]);
+    }
     if args.driver == DriverKind::Docker {
         spec.gateway_args.extend(args.docker.to_gateway_args());
     }
