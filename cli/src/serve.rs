@@ -253,7 +253,7 @@ pub struct RunArgs {
     /// machine, 1 each gave a lone client ~9 % more writes per second (p50
     /// 1.45 -> 1.3 ms) and 16 or 256 clients ~16 % fewer (README,
     /// Benchmarks).
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_parser = worker_threads_parser())]
     pub worker_threads: Option<u16>,
     /// Also export the spans (request, forwarded write, effect; each under
     /// the request's W3C trace id) over OTLP, HTTP/protobuf, to this URL:
@@ -437,6 +437,11 @@ pub async fn shutdown_signal() {
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
+}
+
+/// `--worker-threads` of `gateway run` and `up`: 1 to 1024 runtime threads.
+pub fn worker_threads_parser() -> clap::builder::RangedI64ValueParser<u16> {
+    clap::value_parser!(u16).range(1..=1024)
 }
 
 /// Runs `palisade gateway run`.

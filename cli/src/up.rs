@@ -76,7 +76,7 @@ pub struct UpArgs {
     pub no_metrics: bool,
     /// Threads of each replica's async runtime (1-1024; default: one per
     /// core). See `palisade gateway run --help`.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, value_parser = crate::serve::worker_threads_parser())]
     pub worker_threads: Option<u16>,
 }
 
