@@ -111,6 +111,12 @@ impl ProcessDriver {
                 ),
             )
         })?;
+        // Made here rather than by the first launch, to give it the hint. If it
+        // cannot be made, the launch that needs it says why.
+        let work_dirs = driver_dir.join(WORKDIRS_DIRECTORY);
+        if fs::create_dir_all(&work_dirs).is_ok() {
+            super::records::spread_subdirectories(&work_dirs);
+        }
         Ok(ProcessDriver {
             driver_dir,
             launch_servers: Arc::new(LaunchServers::new(shim_program.clone())),

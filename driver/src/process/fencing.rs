@@ -540,8 +540,11 @@ pub(crate) fn unix_ms(time: SystemTime) -> u64 {
 }
 
 /// The identity of the driver directory, created (race-free) if it has none.
+/// The directory is created if need be, and holds one subdirectory per
+/// sandbox: see [`spread_subdirectories`](super::records::spread_subdirectories).
 pub(crate) fn load_or_create_identity(driver_dir: &Path) -> io::Result<String> {
     fs::create_dir_all(driver_dir)?;
+    super::records::spread_subdirectories(driver_dir);
     let path = driver_dir.join(DRIVER_ID_FILE);
     if read_record::<DriverIdentityRecord>(&path)?.is_none() {
         let candidate = DriverIdentityRecord {

@@ -63,6 +63,12 @@
 //!                        remove once every execution and exec is gone
 //! ```
 //!
+//! The driver directory and `.workdirs` (made when the driver starts) carry
+//! ext4's top-directory flag (`chattr +T`), so each sandbox's directory, and
+//! the files made in it, go to a block group of their own rather than all to
+//! the parent's (`records::spread_subdirectories` says why that matters);
+//! other file systems refuse the flag, and nothing depends on it.
+//!
 //! Records are written once, atomically (temporary file, fsync, rename or link, fsync
 //! of the directory; fence and tombstone records by creating their name), so a
 //! reader sees all of a record or none of it. Names that are not a sandbox id

@@ -411,6 +411,37 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     sync(&File::open(dir)?)
 }
 
+/// Asks the filesystem to spread `dir`'s subdirectories over its block groups
+/// (ext2/3/4's top-directory flag, `chattr +T`), for a directory that holds one
+/// subdirectory per sandbox. A hint: filesystems without the flag refuse it,
+/// and nothing depends on it, so a refusal is logged (debug) and ignored.
+///
+/// Why: ext4 places a new file in its parent's block group and, on a file
+/// system without a journal, allocates its inode by scanning that group's free
+/// inodes past every one freed in the last 30 s or so (`recently_deleted`). Each
+/// launch creates and each remove deletes about ten files, all of them, without
+/// the flag, in the driver directory's group: with 16 clients cycling
+/// sandboxes, those scans took ~20 % of a 2-core machine's CPU (`perf record
+/// -a -g`, `find_inode_bit`, `recently_deleted`). With it, each sandbox's
+/// directory, and so its files, lands in a group of its own (Orlov's
+/// allocator), and the scans all but vanish (~2 %).
+pub(crate) fn spread_subdirectories(dir: &Path) {
+    let flagged = File::open(dir).and_then(|directory| {
+        let flags = rustix::fs::ioctl_getflags(&directory)?;
+        if !flags.contains(rustix::fs::IFlags::TOPDIR) {
+            rustix::fs::ioctl_setflags(&directory, flags | rustix::fs::IFlags::TOPDIR)?;
+        }
+        Ok(())
+    });
+    if let Err(error) = flagged {
+        tracing::debug!(
+            directory = %dir.display(),
+            %error,
+            "the filesystem does not take the top-directory hint; subdirectories stay where it puts them"
+        );
+    }
+}
+
 /// How far a record write goes toward durability before it returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Durability {

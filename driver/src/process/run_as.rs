@@ -65,6 +65,7 @@ impl SandboxUser {
     pub fn prepare_work_root(&self) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::create_dir_all(&self.work_root)?;
+        super::records::spread_subdirectories(&self.work_root);
         std::fs::set_permissions(&self.work_root, std::fs::Permissions::from_mode(0o711))
     }
 
