@@ -745,6 +745,30 @@ impl Cluster {
         }
     }
 
+    /// Waits for a leader (as [`Cluster::wait_for_leader`]) and connects a
+    /// gRPC client to its endpoint (loopback clusters; not the simulation).
+    pub async fn connect_to_leader(
+        &self,
+        timeout: Duration,
+    ) -> Result<
+        (
+            NodeId,
+            v1::palisade_client::PalisadeClient<tonic::transport::Channel>,
+        ),
+        ChaosError,
+    > {
+        let leader = self.wait_for_leader(timeout).await?;
+        let (_, uri) = self
+            .endpoints()
+            .into_iter()
+            .find(|(node, _)| *node == leader)
+            .ok_or_else(|| ChaosError::Config(format!("leader {leader} has no endpoint")))?;
+        let client = v1::palisade_client::PalisadeClient::connect(uri.clone())
+            .await
+            .map_err(|error| std::io::Error::other(format!("connecting to {uri}: {error}")))?;
+        Ok((leader, client))
+    }
+
     /// Asks `from` (if it leads) to hand leadership to `to`, and waits
     /// (bounded) until `from` no longer leads. True if it moved.
     pub async fn transfer_leader(&self, from: NodeId, to: NodeId) -> bool {

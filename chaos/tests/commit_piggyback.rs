@@ -76,16 +76,10 @@ async fn a_follower_learns_commits_on_the_next_entries_at_low_load() {
         Arc::new(triggers),
     )
     .expect("cluster starts");
-    let leader = cluster
-        .wait_for_leader(Duration::from_secs(20))
+    let (leader, mut client) = cluster
+        .connect_to_leader(Duration::from_secs(20))
         .await
-        .expect("a leader is elected");
-    let (_, uri) = cluster
-        .endpoints()
-        .into_iter()
-        .find(|(node, _)| *node == leader)
-        .expect("the leader's endpoint");
-    let mut client = PalisadeClient::connect(uri).await.expect("connects");
+        .expect("a leader is elected and answers");
     // One create first, so that the connection and the replication streams
     // are warm before counting.
     create(&mut client, "warm-up").await;

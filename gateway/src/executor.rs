@@ -61,6 +61,17 @@ pub struct ExecutorConfig {
     /// every `N / inspections_per_round_max` rounds; a round starts only
     /// when the previous one finished.
     pub inspections_per_round_max: usize,
+    /// Most inspections of a round calling the driver at once. Inspections
+    /// have slots of their own, not the effects' (`effects_in_flight_max`):
+    /// a round that took every free effect slot (as many inspections as
+    /// there were free slots, on a leader with many running sandboxes)
+    /// held back every create, stop and delete that became due meanwhile
+    /// until an inspection answered, which with a slow driver (an inspect
+    /// that waits for a busy container runtime, or hangs until
+    /// `driver_call_timeout`) is that long. A round's inspection claims its
+    /// sandbox only once it has a slot, so a sandbox queued for
+    /// inspection is not held from its own effects either.
+    pub inspections_in_flight_max: usize,
     /// Pause before retrying an effect whose outcome was uncertain.
     pub retry_backoff: Duration,
     /// Most driver calls in flight at once.
@@ -92,7 +103,8 @@ impl Default for ExecutorConfig {
         Self {
             stop_grace: Duration::from_secs(10),
             observe_interval: Duration::from_millis(500),
-            inspections_per_round_max: 256,
+            inspections_per_round_max: 64,
+            inspections_in_flight_max: 4,
             retry_backoff: Duration::from_millis(500),
             effects_in_flight_max: 64,
             tick_interval: Duration::from_secs(10),
@@ -349,6 +361,8 @@ impl Executor {
             .await;
         let in_flight = self.in_flight.clone();
         let permits = Arc::new(Semaphore::new(self.config.effects_in_flight_max));
+        let inspection_slots =
+            Arc::new(Semaphore::new(self.config.inspections_in_flight_max.max(1)));
         let mut applied = self.state.subscribe();
         let mut tasks: JoinSet<(String, Retry)> = JoinSet::new();
         // The to-do list: sandboxes that may have a pending operation not
@@ -415,7 +429,7 @@ impl Executor {
                         break;
                     };
                     agenda.remove(&work.sandbox_id);
-                    self.spawn_effect(&mut tasks, term, work, claim, permit, None);
+                    self.spawn_effect(&mut tasks, term, work, Slot::Effect { permit, claim }, None);
                 }
                 if observe_due && inspections_running.load(std::sync::atomic::Ordering::SeqCst) == 0
                 {
@@ -426,15 +440,20 @@ impl Executor {
                         if backoff_until.contains_key(&work.sandbox_id) {
                             continue;
                         }
-                        let Some(claim) = InFlight::claim(&in_flight, &work.sandbox_id) else {
+                        if in_flight
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .contains(&work.sandbox_id)
+                        {
                             continue;
-                        };
-                        let Ok(permit) = permits.clone().try_acquire_owned() else {
-                            break;
-                        };
+                        }
                         inspections_running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let running = InspectionRunning(inspections_running.clone());
-                        self.spawn_effect(&mut tasks, term, work, claim, permit, Some(running));
+                        let slot = Slot::Inspection {
+                            slots: inspection_slots.clone(),
+                            in_flight: in_flight.clone(),
+                        };
+                        self.spawn_effect(&mut tasks, term, work, slot, Some(running));
                     }
                 }
             }
@@ -491,15 +510,15 @@ impl Executor {
         debug!("executor loop ended");
     }
 
-    /// Runs `work` as a task of `tasks`, holding its claim, its permit and,
-    /// for an inspection, its place in the observe round until it ends.
+    /// Runs `work` as a task of `tasks`, holding its sandbox's claim, its
+    /// driver-call slot (see [`Slot`]) and, for an inspection, its place in
+    /// the observe round until it ends.
     fn spawn_effect(
         self: &Arc<Self>,
         tasks: &mut JoinSet<(String, Retry)>,
         term: u64,
         work: Work,
-        claim: InFlight,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        slot: Slot,
         inspection: Option<InspectionRunning>,
     ) {
         let this = self.clone();
@@ -529,6 +548,21 @@ impl Executor {
         tasks.spawn(
             async move {
                 let sandbox_id = work.sandbox_id.clone();
+                let (permit, claim) = match slot {
+                    Slot::Effect { permit, claim } => (permit, claim),
+                    Slot::Inspection { slots, in_flight } => {
+                        // Never closed; if it were, a later round inspects.
+                        let Ok(permit) = slots.acquire_owned().await else {
+                            return (sandbox_id, Retry::No);
+                        };
+                        // An effect took the sandbox meanwhile: it observes
+                        // the execution itself; a later round inspects.
+                        let Some(claim) = InFlight::claim(&in_flight, &sandbox_id) else {
+                            return (sandbox_id, Retry::No);
+                        };
+                        (permit, claim)
+                    }
+                };
                 let retry = this.perform(term, work, permit).await;
                 drop(claim);
                 drop(inspection);
@@ -1186,6 +1220,23 @@ impl Drop for InFlight {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(&self.sandbox_id);
     }
+}
+
+/// The driver-call slot and sandbox claim of a task.
+enum Slot {
+    /// An effect's: both taken before the task is spawned (no slot free:
+    /// the work waits on the agenda).
+    Effect {
+        permit: tokio::sync::OwnedSemaphorePermit,
+        claim: InFlight,
+    },
+    /// An inspection's: the task waits for one of the
+    /// [`ExecutorConfig::inspections_in_flight_max`] slots, then claims its
+    /// sandbox (and skips the inspection if an effect holds it by then).
+    Inspection {
+        slots: Arc<Semaphore>,
+        in_flight: Arc<Mutex<HashSet<String>>>,
+    },
 }
 
 /// Counts one running inspection of the current observe round; released

@@ -464,9 +464,14 @@ impl ProcessDriver {
     ) -> Result<ExecutionStatus, DriverError> {
         validate_sandbox_id(sandbox_id)?;
         let dir = self.execution_dir(sandbox_id, generation);
-        let observation = observe_blocking(dir.clone()).await?;
-        self.ensure_ours(&observation, &dir)?;
+        // One blocking-pool task, not one to observe and one to judge: the
+        // executor inspects every running execution in turn, and each
+        // hand-off to the pool wakes a thread.
+        let driver = self.clone();
         blocking(move || {
+            let observation =
+                observe(&dir).map_err(|error| io_uncertain("reading", &dir, error))?;
+            driver.ensure_ours(&observation, &dir)?;
             observation
                 .status()
                 .map_err(|error| io_uncertain("inspecting", &dir, error))
