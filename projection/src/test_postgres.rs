@@ -31,6 +31,12 @@ const POSTGRES_LIBRARY_DIR: &str = "/usr/lib/postgresql";
 const POSTGRES_USER: &str = "postgres";
 /// How long `pg_ctl start` may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Starts of a new server, each on a fresh port: a port found free can be
+/// taken by another process (a test's client connecting from it) before
+/// the server binds it, and the server then exits at once.
+const START_ATTEMPTS: u32 = 3;
+/// What the server logs when its port was taken.
+const PORT_TAKEN: &str = "Address already in use";
 
 /// Why a test server could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +161,10 @@ fn free_port() -> Result<u16, TestPostgresError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+fn local_url(port: u16) -> String {
+    format!("postgres://{POSTGRES_USER}@127.0.0.1:{port}/postgres")
+}
+
 fn unique_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
@@ -213,6 +223,12 @@ impl TestPostgres {
     }
 
     fn local(durability: Durability) -> Result<Self, TestPostgresError> {
+        Self::local_on(durability, free_port()?)
+    }
+
+    /// A local server, first tried on `port` (then on fresh ones: see
+    /// [`START_ATTEMPTS`]).
+    fn local_on(durability: Durability, port: u16) -> Result<Self, TestPostgresError> {
         let bin = find_bin()?;
         let as_postgres_user = is_root();
         let directory = std::env::temp_dir().join(format!("palisade-pg-{}", unique_suffix()));
@@ -222,8 +238,7 @@ impl TestPostgres {
                 .arg(format!("{POSTGRES_USER}:"))
                 .arg(&directory))?;
         }
-        let port = free_port()?;
-        let server = TestPostgres {
+        let mut server = TestPostgres {
             server: Server::Local {
                 directory: directory.clone(),
                 bin: bin.clone(),
@@ -231,7 +246,7 @@ impl TestPostgres {
                 as_postgres_user,
                 durability,
             },
-            url: format!("postgres://{POSTGRES_USER}@127.0.0.1:{port}/postgres"),
+            url: local_url(port),
         };
         // From here on, drop cleans up whatever was made.
         server.command("initdb", |command| {
@@ -241,8 +256,23 @@ impl TestPostgres {
                 .args(["-U", POSTGRES_USER, "--auth=trust", "--no-sync"])
                 .args(["--encoding=UTF8", "--locale=C"]);
         })?;
-        server.start_server()?;
-        Ok(server)
+        let mut attempt = 1;
+        loop {
+            match server.start_server() {
+                Ok(()) => return Ok(server),
+                Err(error)
+                    if attempt < START_ATTEMPTS && error.to_string().contains(PORT_TAKEN) =>
+                {
+                    attempt += 1;
+                    let fresh = free_port()?;
+                    if let Server::Local { port, .. } = &mut server.server {
+                        *port = fresh;
+                    }
+                    server.url = local_url(fresh);
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Runs a server binary, as the postgres user when we are root.
@@ -407,5 +437,35 @@ impl Drop for TestPostgres {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The port found free is taken before the server binds it (here by a
+    /// listener held open): the server starts on another one.
+    #[test]
+    fn a_port_taken_before_the_server_binds_it_is_replaced() {
+        let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = taken.local_addr().expect("address").port();
+        let server = match TestPostgres::local_on(Durability::Fast, port) {
+            Err(TestPostgresError::NotInstalled) => {
+                eprintln!("skipped: no PostgreSQL binaries");
+                return;
+            }
+            started => started.expect("the server starts on a fresh port"),
+        };
+        let Server::Local { port: used, .. } = &server.server else {
+            unreachable!("a local server");
+        };
+        assert_ne!(*used, port);
+        assert!(
+            server.url().contains(&format!(":{used}/")),
+            "{}",
+            server.url()
+        );
+        assert!(server.is_running());
     }
 }

@@ -424,7 +424,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// sandboxes, those scans took ~20 % of a 2-core machine's CPU (`perf record
 /// -a -g`, `find_inode_bit`, `recently_deleted`). With it, each sandbox's
 /// directory, and so its files, lands in a group of its own (Orlov's
-/// allocator), and the scans all but vanish (~2 %).
+/// allocator), and the scans all but vanish (~3 %).
 pub(crate) fn spread_subdirectories(dir: &Path) {
     let flagged = File::open(dir).and_then(|directory| {
         let flags = rustix::fs::ioctl_getflags(&directory)?;
