@@ -17,9 +17,6 @@
 //!   encoding, binary after (replication and forwarded writes go on across
 //!   the switch), and a reply follows its request's encoding.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,45 +33,17 @@ use palisade_proto::peer::raft_peer_client::RaftPeerClient;
 use palisade_proto::peer::raft_peer_server::{RaftPeer, RaftPeerServer};
 use palisade_raft::feature_level::{ClusterLevel, FEATURE_LEVEL_BINARY_PEER_PAYLOADS};
 use palisade_raft::network::{ForwardError, PeerClients};
-use palisade_raft::peer_service::PeerService;
-use palisade_raft::{LifecycleStateMachine, NodeId, Raft, StateHandle, TypeConfig, Vote};
-use palisade_storage::LogStore;
+use palisade_raft::{TypeConfig, Vote};
 use tempfile::TempDir;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 
-/// Generous: two cores, several test binaries and fsync-ing logs.
-const WAIT: Duration = Duration::from_secs(15);
+mod support;
+use support::{
+    WAIT, agreed_leader, bind, create_workspace, replica, start_cluster, start_replica,
+    wait_applied,
+};
+
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
-
-struct Replica {
-    id: NodeId,
-    addr: String,
-    raft: Raft,
-    state: StateHandle,
-    clients: PeerClients,
-    stop_server: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
-}
-
-impl Replica {
-    fn node(&self) -> BasicNode {
-        BasicNode::new(self.addr.clone())
-    }
-
-    async fn stop(mut self) -> Result<()> {
-        self.raft.shutdown().await.context("raft shutdown")?;
-        if let Some(stop) = self.stop_server.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.context("server task")?;
-        }
-        Ok(())
-    }
-}
 
 fn config() -> Result<Arc<Config>> {
     let config = Config {
@@ -95,128 +64,10 @@ fn config() -> Result<Arc<Config>> {
     Ok(Arc::new(config.validate()?))
 }
 
-async fn bind() -> Result<(TcpListener, String)> {
-    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    let addr = listener.local_addr()?.to_string();
-    Ok((listener, addr))
-}
-
-async fn start_replica(id: NodeId, listener: TcpListener, dir: &Path) -> Result<Replica> {
-    let addr = listener.local_addr()?.to_string();
-    let log_dir = dir.join(format!("node-{id}/log"));
-    let snapshot_dir = dir.join(format!("node-{id}/snapshots"));
-    let (log_store, state_machine) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let log_store = LogStore::<TypeConfig>::open(&log_dir)?;
-        let state_machine = LifecycleStateMachine::open(&snapshot_dir)?;
-        Ok((log_store, state_machine))
-    })
-    .await??;
-    let state = state_machine.handle();
-    let clients = PeerClients::new(id).with_cluster_level(state.cluster_level());
-    let raft = Raft::new(
-        id,
-        config()?,
-        clients.network_factory(),
-        log_store,
-        state_machine,
-    )
-    .await?;
-
-    let (stop_server, stopped) = oneshot::channel::<()>();
-    let service = PeerService::new(raft.clone()).into_server();
-    let server = tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                let _ = stopped.await;
-            })
-            .await;
-        if let Err(error) = served {
-            panic!("peer server of node {id} failed: {error}");
-        }
-    });
-    Ok(Replica {
-        id,
-        addr,
-        raft,
-        state,
-        clients,
-        stop_server: Some(stop_server),
-        server: Some(server),
-    })
-}
-
-/// Starts replicas 1..=count and initializes them as one cluster.
-async fn start_cluster(count: u64, dir: &Path) -> Result<Vec<Replica>> {
-    let mut replicas = Vec::new();
-    for id in 1..=count {
-        let (listener, _) = bind().await?;
-        replicas.push(start_replica(id, listener, dir).await?);
-    }
-    let members: BTreeMap<NodeId, BasicNode> = replicas
-        .iter()
-        .map(|replica| (replica.id, replica.node()))
-        .collect();
-    replicas[0].raft.initialize(members).await?;
-    Ok(replicas)
-}
-
-/// Waits until every replica sees the same leader, and that leader can take
-/// writes; returns it.
-async fn agreed_leader(replicas: &[Replica]) -> Result<NodeId> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let leaders: Vec<Option<NodeId>> = replicas
-            .iter()
-            .map(|replica| replica.raft.metrics().borrow_watched().current_leader)
-            .collect();
-        let agreed = match leaders.first() {
-            Some(Some(leader)) if leaders.iter().all(|seen| *seen == Some(*leader)) => {
-                Some(*leader)
-            }
-            _ => None,
-        };
-        if let Some(leader) = agreed {
-            let metrics = replica(replicas, leader).raft.metrics();
-            let metrics = metrics.borrow_watched();
-            // A new leader takes writes only once a quorum acknowledged it
-            // (its lease); before, it answers ForwardToLeader(LeaseExpired).
-            if metrics.state.is_leader() && metrics.last_quorum_acked.is_some() {
-                return Ok(leader);
-            }
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("no agreed leader within {WAIT:?}: {leaders:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn replica(replicas: &[Replica], id: NodeId) -> &Replica {
-    replicas
-        .iter()
-        .find(|replica| replica.id == id)
-        .expect("the id is one of the replicas")
-}
-
-fn create_workspace(name: &str) -> Command {
-    Command::CreateWorkspace {
-        id: format!("00000000-0000-4000-8000-{:012}", name.len()),
-        name: name.to_owned(),
-        time_ms: 1_700_000_000_000,
-    }
-}
-
-async fn wait_applied(state: &StateHandle, index: u64) -> Result<()> {
-    tokio::time::timeout(WAIT, state.wait_applied(index))
-        .await
-        .with_context(|| format!("index {index} not applied within {WAIT:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_write_membership_check_and_leader_transfer() -> Result<()> {
     let dir = TempDir::new()?;
-    let replicas = start_cluster(3, dir.path()).await?;
+    let replicas = start_cluster(3, dir.path(), config()?).await?;
     let leader = agreed_leader(&replicas).await?;
     let follower = replicas
         .iter()
@@ -440,7 +291,7 @@ async fn forwarded_write_membership_check_and_leader_transfer() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn learner_behind_a_purged_log_gets_a_chunked_snapshot() -> Result<()> {
     let dir = TempDir::new()?;
-    let mut replicas = start_cluster(3, dir.path()).await?;
+    let mut replicas = start_cluster(3, dir.path(), config()?).await?;
     let leader = agreed_leader(&replicas).await?;
     let leader_raft = replica(&replicas, leader).raft.clone();
 
@@ -469,7 +320,7 @@ async fn learner_behind_a_purged_log_gets_a_chunked_snapshot() -> Result<()> {
 
     // Node 4 joins after the purge: only a snapshot can catch it up.
     let (listener, addr) = bind().await?;
-    let learner = start_replica(4, listener, dir.path()).await?;
+    let learner = start_replica(4, listener, dir.path(), config()?).await?;
     tokio::time::timeout(WAIT, leader_raft.add_learner(4, BasicNode::new(addr), true))
         .await
         .context("add_learner timed out")??;
@@ -660,7 +511,7 @@ async fn requests_are_json_below_the_binary_level_and_binary_from_it() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_switches_to_the_binary_encoding_when_its_level_allows() -> Result<()> {
     let dir = TempDir::new()?;
-    let replicas = start_cluster(3, dir.path()).await?;
+    let replicas = start_cluster(3, dir.path(), config()?).await?;
     let leader = agreed_leader(&replicas).await?;
     for replica in &replicas {
         ensure!(replica.state.cluster_level().peer_encoding() == Encoding::Json);

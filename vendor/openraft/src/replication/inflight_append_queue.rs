@@ -71,13 +71,21 @@ where C: RaftTypeConfig
         None
     }
 
-    /// Removes all requests with `last_log_id <= matching` and returns
-    /// the sending time of the last fully or partially acknowledged request.
+    /// Removes the oldest queued request, the one a successful response answers, and returns
+    /// its sending time.
     ///
-    /// A request with `prev_log_id < matching < last_log_id` contributes its sending time
-    /// but remains queued until its last log id is acknowledged.
+    /// PALISADE PATCH: a stream answers its requests in order, one response per request
+    /// (`NetStreamAppend::stream_append`), so a response is evidence that the follower accepted
+    /// this leader *after the oldest unanswered request was sent*, and of nothing later.
+    /// Upstream removed every queued request whose last log id `matching` covered and returned
+    /// the newest one's sending time: an answer to an old request was credited to newer
+    /// requests with the same log range (heartbeats, commit-only requests) whose answers had
+    /// not come yet. A leader paused (SIGSTOP) and resumed sends a heartbeat, then reads the
+    /// answer to the request it sent before the pause, and renewed its lease from it although
+    /// its followers had elected another leader meanwhile: a lease read there could be stale.
     ///
-    /// Returns `None` if no request is fully or partially acknowledged.
+    /// `matching` is only logged: whatever it acknowledges, the answer is the oldest request's.
+    /// Returns `None` if no request is queued (an answer nothing asked for credits nothing).
     pub(crate) fn drain_acked(&self, matching: &Option<LogIdOf<C>>) -> Option<InstantOf<C>> {
         let mut q = self.queue.lock().unwrap();
 
@@ -87,21 +95,7 @@ where C: RaftTypeConfig
             q.as_slices()
         );
 
-        let mut last = None;
-        while let Some(first) = q.front() {
-            if matching >= &first.last_log_id {
-                last = Some(first.sending_time)
-            } else {
-                if matching > &first.prev_log_id {
-                    last = Some(first.sending_time);
-                }
-                break;
-            }
-
-            q.pop_front();
-        }
-
-        last
+        q.pop_front().map(|answered| answered.sending_time)
     }
 
     /// Returns `true` if every recorded request is fully acknowledged.
@@ -162,112 +156,71 @@ mod tests {
         assert_eq!(actual, None);
     }
 
-    #[test]
-    fn test_push_and_drain_acked_none_matching() {
-        let q = InflightAppendQueue::<UTConfig>::new();
-        q.push(None, Some(log_id(1, 1, 5)));
-        q.push(Some(log_id(1, 1, 5)), Some(log_id(1, 1, 10)));
-
-        // matching=None does not fully acknowledge either request.
-        assert_eq!(q.drain_acked(&None), None);
-        assert_eq!(q.queue.lock().unwrap().len(), 2);
+    /// Sets the sending times of the queued requests to `base + i` seconds, and returns them.
+    fn spread_sending_times(q: &InflightAppendQueue<UTConfig>) -> Vec<InstantOf<UTConfig>> {
+        let mut queue = q.queue.lock().unwrap();
+        let base = queue[0].sending_time;
+        for (i, inflight) in queue.iter_mut().enumerate() {
+            inflight.sending_time = base + std::time::Duration::from_secs(i as u64);
+        }
+        queue.iter().map(|inflight| inflight.sending_time).collect()
     }
 
+    // PALISADE PATCH: each answer removes one request, the oldest (see `drain_acked`).
+
     #[test]
-    fn test_drain_acked_inside_request() {
+    fn test_drain_acked_answers_the_oldest_request_only() {
         let q = InflightAppendQueue::<UTConfig>::new();
         q.push(Some(log_id(1, 1, 0)), Some(log_id(1, 1, 10)));
         q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 20)));
+        let times = spread_sending_times(&q);
 
-        let expected_time = q.queue.lock().unwrap()[0].sending_time;
-
-        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 5))), Some(expected_time));
-        assert_eq!(q.queue.lock().unwrap().len(), 2);
-
-        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 10))), Some(expected_time));
+        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 10))), Some(times[0]));
         assert_eq!(q.queue.lock().unwrap().len(), 1);
-        assert_eq!(q.queue.lock().unwrap()[0].last_log_id, Some(log_id(1, 1, 20)));
-        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 10))), None);
+        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 20))), Some(times[1]));
+        assert!(q.is_empty());
+        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 20))), None);
     }
 
+    /// The paused leader: a heartbeat sent after the pause has the range of the request sent
+    /// before it, whose answer is read only now. That answer is the old request's; the
+    /// heartbeat stays queued until its own answer comes.
     #[test]
-    fn test_drain_acked_cumulative_partial() {
+    fn test_drain_acked_late_answer_is_not_credited_to_a_newer_request_with_the_same_range() {
+        let q = InflightAppendQueue::<UTConfig>::new();
+        q.push(Some(log_id(2, 1, 10)), Some(log_id(2, 1, 10)));
+        q.push(Some(log_id(2, 1, 10)), Some(log_id(2, 1, 10)));
+        let times = spread_sending_times(&q);
+
+        assert_eq!(q.drain_acked(&Some(log_id(2, 1, 10))), Some(times[0]));
+        assert_eq!(q.queue.lock().unwrap().len(), 1);
+        assert_eq!(q.drain_acked(&Some(log_id(2, 1, 10))), Some(times[1]));
+        assert!(q.is_empty());
+    }
+
+    /// A commit-only request queued behind the request carrying its entries.
+    #[test]
+    fn test_drain_acked_entries_then_commit_only_request() {
+        let q = InflightAppendQueue::<UTConfig>::new();
+        q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 11)));
+        q.push(Some(log_id(1, 1, 11)), Some(log_id(1, 1, 11)));
+        let times = spread_sending_times(&q);
+
+        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 11))), Some(times[0]));
+        assert_eq!(q.queue.lock().unwrap().len(), 1);
+    }
+
+    /// A partial success answers its request too.
+    #[test]
+    fn test_drain_acked_partial_success() {
         let q = InflightAppendQueue::<UTConfig>::new();
         q.push(Some(log_id(1, 1, 0)), Some(log_id(1, 1, 10)));
         q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 20)));
+        let times = spread_sending_times(&q);
 
-        let expected_time = {
-            let mut queue = q.queue.lock().unwrap();
-            let expected_time = queue[0].sending_time + std::time::Duration::from_secs(1);
-            queue[1].sending_time = expected_time;
-            expected_time
-        };
-
-        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 15))), Some(expected_time));
-        let deque = q.queue.lock().unwrap();
-        assert_eq!(deque.len(), 1);
-        assert_eq!(deque[0].last_log_id, Some(log_id(1, 1, 20)));
-    }
-
-    #[test]
-    fn test_drain_acked_same_last_log_id() {
-        let q = InflightAppendQueue::<UTConfig>::new();
-        q.push(None, Some(log_id(1, 1, 10)));
-        q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 10)));
-        q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 20)));
-
-        let expected_time = {
-            let mut queue = q.queue.lock().unwrap();
-            let expected_time = queue[0].sending_time + std::time::Duration::from_secs(1);
-            queue[1].sending_time = expected_time;
-            expected_time
-        };
-
-        // Both requests ending at 10 are removed; the request ending at 20 remains.
-        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 10))), Some(expected_time));
+        assert_eq!(q.drain_acked(&Some(log_id(1, 1, 5))), Some(times[0]));
         assert_eq!(q.queue.lock().unwrap().len(), 1);
         assert_eq!(q.queue.lock().unwrap()[0].last_log_id, Some(log_id(1, 1, 20)));
-    }
-
-    #[test]
-    fn test_drain_acked_partial() {
-        let q = InflightAppendQueue::<UTConfig>::new();
-        q.push(None, Some(log_id(1, 1, 5)));
-        q.push(Some(log_id(1, 1, 5)), Some(log_id(1, 1, 10)));
-        q.push(Some(log_id(1, 1, 10)), Some(log_id(1, 1, 15)));
-
-        // Read the expected sending_time before calling drain_acked
-        let expected_time = q.queue.lock().unwrap()[1].sending_time;
-
-        // matching=10 should ack entries with last_log_id <= 10
-        let result = q.drain_acked(&Some(log_id(1, 1, 10)));
-
-        // Should return the sending_time of entry with log_id=10
-        assert_eq!(result, Some(expected_time));
-
-        // Two entries removed (5 and 10), one remains (15)
-        let deque = q.queue.lock().unwrap();
-        assert_eq!(deque.len(), 1);
-        assert_eq!(deque[0].last_log_id, Some(log_id(1, 1, 15)));
-    }
-
-    #[test]
-    fn test_drain_acked_all() {
-        let q = InflightAppendQueue::<UTConfig>::new();
-        q.push(None, Some(log_id(1, 1, 5)));
-        q.push(Some(log_id(1, 1, 5)), Some(log_id(1, 1, 10)));
-
-        // Read the expected sending_time before calling drain_acked
-        let expected_time = q.queue.lock().unwrap()[1].sending_time;
-
-        // matching=20 is greater than all entries
-        let result = q.drain_acked(&Some(log_id(1, 1, 20)));
-
-        // Should return the sending_time of the last entry (log_id=10)
-        assert_eq!(result, Some(expected_time));
-
-        // All entries should be removed
-        assert_eq!(q.queue.lock().unwrap().len(), 0);
     }
 
     #[test]
@@ -281,17 +234,9 @@ mod tests {
         let q = InflightAppendQueue::<UTConfig>::new();
         q.push(None, None);
         q.push(None, Some(log_id(1, 1, 5)));
+        let times = spread_sending_times(&q);
 
-        // Read the expected sending_time before calling drain_acked
-        let expected_time = q.queue.lock().unwrap()[0].sending_time;
-
-        // matching=None should ack entries with last_log_id <= None (i.e., only None)
-        let result = q.drain_acked(&None);
-
-        // Should return the sending_time of entry with None log_id
-        assert_eq!(result, Some(expected_time));
-
-        // Entry with None removed, entry with 5 remains
+        assert_eq!(q.drain_acked(&None), Some(times[0]));
         let deque = q.queue.lock().unwrap();
         assert_eq!(deque.len(), 1);
         assert_eq!(deque[0].last_log_id, Some(log_id(1, 1, 5)));
