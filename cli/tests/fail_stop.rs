@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use palisade_proto::v1;
 use support::cluster::*;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -182,8 +183,11 @@ fn big_create(name: &str) -> v1::CreateSandboxRequest {
 }
 
 /// Follows `uri`'s health (grpc.health.v1 Watch of the whole server);
-/// returns every status it reported until the stream ended.
-async fn health_statuses(uri: String) -> Vec<ServingStatus> {
+/// returns every status it reported until the stream ended. `watching` is
+/// sent the first status, so that the caller can wait until the stream
+/// is open before it makes the replica fail (it is dropped unsent if the
+/// stream cannot be opened).
+async fn health_statuses(uri: String, watching: oneshot::Sender<()>) -> Vec<ServingStatus> {
     let Some(channel) = channel(&uri, Duration::from_secs(3600)).await else {
         return Vec::new();
     };
@@ -197,8 +201,12 @@ async fn health_statuses(uri: String) -> Vec<ServingStatus> {
     };
     let mut stream = stream.into_inner();
     let mut seen = Vec::new();
+    let mut watching = Some(watching);
     while let Ok(Some(answer)) = stream.message().await {
         seen.push(answer.status());
+        if let Some(watching) = watching.take() {
+            let _ = watching.send(());
+        }
     }
     seen
 }
@@ -232,7 +240,15 @@ async fn a_full_disk_under_one_replica_stops_it_with_a_clear_message() {
     let all = cluster.node_ids();
     let others: Vec<u64> = all.iter().copied().filter(|id| *id != full).collect();
     cluster.wait_for_leader(&all).await;
-    let health = tokio::spawn(health_statuses(cluster.replica(full).uri()));
+    // The health stream must be open before the replica fails: a watch
+    // opened after it exited sees nothing (a clean-clone CI run met that:
+    // the stream's first status was None).
+    let (watching, watched) = oneshot::channel();
+    let health = tokio::spawn(health_statuses(cluster.replica(full).uri(), watching));
+    tokio::time::timeout(Duration::from_secs(30), watched)
+        .await
+        .expect("node 3's health stream answers within 30 s")
+        .expect("node 3's health stream opens");
     // The disk fills up (something else on the host wrote to it): node 3's
     // next log appends find no space.
     fill(&mount.join("filler"));
