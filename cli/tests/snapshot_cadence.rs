@@ -25,17 +25,18 @@ use tonic::transport::Channel;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Index of the replica's snapshot on disk (0: none yet).
+/// Index of the replica's snapshot on disk (0: none yet). Peeked, not
+/// opened: `SnapshotFiles::open` takes the directory over and deletes a
+/// temporary file, the running replica's save in progress, or fails when
+/// the save renames it first (the likely cause of a clean-clone CI failure
+/// of this test 0.5 s in, with nothing in the replica's log).
 fn snapshot_index(data_dir: &std::path::Path) -> u64 {
-    let files = palisade_storage::SnapshotFiles::<palisade_raft::SnapshotMeta>::open(
+    palisade_storage::SnapshotFiles::<palisade_raft::SnapshotMeta>::peek(
         data_dir.join(palisade_gateway::node::SNAPSHOT_DIR),
     )
-    .expect("open the snapshot directory");
-    files
-        .load()
-        .expect("read the snapshot")
-        .and_then(|(meta, _)| meta.last_log_id)
-        .map_or(0, |id| id.index)
+    .expect("read the snapshot")
+    .and_then(|(meta, _)| meta.last_log_id)
+    .map_or(0, |id| id.index)
 }
 
 async fn applied_index(uri: &str) -> u64 {

@@ -337,6 +337,21 @@ impl<M: Serialize + DeserializeOwned + SnapshotPosition> SnapshotFiles<M> {
         Ok((Saved::Replaced, written))
     }
 
+    /// Reads and verifies the snapshot in place in `dir`, all in memory,
+    /// without taking the directory over: unlike [`SnapshotFiles::open`] it
+    /// creates nothing and removes no temporary file, so it may look into
+    /// the directory of a replica that is running (and may be in the middle
+    /// of a save, whose temporary file `open` would delete). `None` if
+    /// there is none. For tools and tests.
+    pub fn peek(dir: impl AsRef<Path>) -> Result<Option<(M, Vec<u8>)>, SnapshotError> {
+        SnapshotFiles {
+            dir: dir.as_ref().to_path_buf(),
+            in_place: Arc::new(Mutex::new(InPlace::Unknown)),
+            _meta: PhantomData,
+        }
+        .load()
+    }
+
     /// Reads and verifies the current snapshot, all in memory; `None` if
     /// there is none. (Tools and tests; a replica reads it with
     /// [`SnapshotFiles::open_current`].)
@@ -900,6 +915,28 @@ mod tests {
         assert!(!dir.path().join("snapshot.tmp").exists());
         assert!(!dir.path().join("snapshot.tmp.a1B2c3").exists());
         assert_eq!(files.load().unwrap().unwrap(), (meta(5), b"good".to_vec()));
+    }
+
+    #[test]
+    fn peek_reads_the_snapshot_and_leaves_a_save_in_progress_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        open(dir.path()).save(&meta(5), b"good").unwrap();
+        // The running replica's save, between creating its temporary file
+        // and renaming it into place.
+        let in_progress = dir.path().join("snapshot.tmp.a1B2c3");
+        fs::write(&in_progress, b"PSNP half").unwrap();
+
+        let peeked = SnapshotFiles::<Meta>::peek(dir.path()).unwrap();
+        assert_eq!(peeked, Some((meta(5), b"good".to_vec())));
+        assert!(in_progress.exists(), "peek removed a save in progress");
+        assert_eq!(
+            SnapshotFiles::<Meta>::peek(dir.path().join("missing")).unwrap(),
+            None
+        );
+        assert!(
+            !dir.path().join("missing").exists(),
+            "peek made a directory"
+        );
     }
 
     #[test]
