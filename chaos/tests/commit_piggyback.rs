@@ -19,10 +19,10 @@ use palisade_chaos::cluster::{Cluster, ClusterConfig};
 use palisade_chaos::host::SharedHost;
 use palisade_chaos::links::LinkTable;
 use palisade_chaos::points::Triggers;
-use palisade_proto::v1;
-use palisade_proto::v1::palisade_client::PalisadeClient;
 use palisade_raft::NodeId;
 use palisade_raft::hooks::{LinkFaults, LinkVerdict, PeerRpc};
+
+mod support;
 
 /// Creates sent one after another.
 const CREATES: usize = 150;
@@ -82,14 +82,14 @@ async fn a_follower_learns_commits_on_the_next_entries_at_low_load() {
         .expect("a leader is elected and answers");
     // One create first, so that the connection and the replication streams
     // are warm before counting.
-    create(&mut client, "warm-up").await;
+    support::create(&mut client, "warm-up").await;
 
     let raft = cluster.raft(leader).expect("the leader runs");
     let last_log_index = || raft.metrics().borrow_watched().last_log_index.unwrap_or(0);
     let index_before = last_log_index();
     let requests_before = links.stream_appends_to();
     for n in 0..CREATES {
-        create(&mut client, &format!("sandbox-{n}")).await;
+        support::create(&mut client, &format!("sandbox-{n}")).await;
     }
     let entries = last_log_index() - index_before;
     let requests_after = links.stream_appends_to();
@@ -113,16 +113,4 @@ async fn a_follower_learns_commits_on_the_next_entries_at_low_load() {
              commits went out on requests of their own"
         );
     }
-}
-
-async fn create(client: &mut PalisadeClient<tonic::transport::Channel>, name: &str) {
-    client
-        .create_sandbox(v1::CreateSandboxRequest {
-            workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
-            name: name.into(),
-            spec: Some(v1::SandboxSpec::default()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|status| panic!("create {name}: {status:?}"));
 }

@@ -24,6 +24,8 @@ use palisade_driver::fault::{FaultPlan, FaultRule};
 use palisade_proto::v1;
 use palisade_proto::v1::palisade_client::PalisadeClient;
 
+mod support;
+
 /// Effect slots of the executor in this test.
 const EFFECT_SLOTS: usize = 4;
 /// How long each inspection takes.
@@ -156,17 +158,9 @@ async fn only_sandboxes_being_inspected_wait_for_their_inspection() {
     );
 }
 
+/// Creates `name` and checks the create answered a READY sandbox.
 async fn create(client: &mut PalisadeClient<tonic::transport::Channel>, name: &str) {
-    let sandbox = client
-        .create_sandbox(v1::CreateSandboxRequest {
-            workspace: palisade_lifecycle::DEFAULT_WORKSPACE.into(),
-            name: name.into(),
-            spec: Some(v1::SandboxSpec::default()),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|status| panic!("create {name}: {status:?}"))
-        .into_inner();
+    let sandbox = support::create(client, name).await;
     assert_eq!(
         sandbox.status.as_ref().map(|status| status.phase),
         Some(v1::SandboxPhase::Ready as i32),
