@@ -66,9 +66,10 @@
 //!    and records it with every execution it starts. An execution recorded under
 //!    another identity is out of sight: `inspect`, `stop` and `remove` answer
 //!    `Uncertain` for it, never `Absent` or success, and `list` leaves it out.
-//! 6. **A lost launcher is uncertain.** When whatever starts the execution dies
-//!    abnormally (killed by a signal, a timeout), the launch is `Uncertain`, resolved
-//!    by observation, never `Rejected`: the execution may have started.
+//! 6. **A lost launch is uncertain.** When whatever starts the execution dies
+//!    abnormally (killed by a signal, a timeout) and what it left does not tell, the
+//!    launch is `Uncertain`, resolved by observation, never `Rejected`: the
+//!    execution may have started.
 //!
 //! # Layout
 //!

@@ -33,7 +33,7 @@ impl Fixture {
     }
 
     /// A driver whose shim program does not exist: any launch that gets past its
-    /// fence and tombstone checks fails to start the launcher (Rejected).
+    /// fence and tombstone checks fails to start the launch server (Rejected).
     fn driver(&self) -> ProcessDriver {
         self.driver_with_shim(PathBuf::from("/nonexistent/palisade-test-shim"))
     }
@@ -456,8 +456,8 @@ async fn a_sandbox_lock_held_too_long_makes_calls_uncertain() {
 
 /// A launch server that dies or fails before it serves (here: scripts in its
 /// place) was sent nothing, so the launch is rejected, with its reason. (A
-/// launcher killed mid-launch is uncertain: `cli/tests/process_driver.rs`,
-/// which runs the real binary.)
+/// launch that never hears back is decided by observation:
+/// `cli/tests/process_driver.rs`, which runs the real binary.)
 #[tokio::test]
 async fn a_launch_server_that_never_served_rejects_the_launch_with_its_reason() {
     let fixture = Fixture::new();

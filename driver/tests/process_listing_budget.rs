@@ -44,7 +44,7 @@ async fn listings_of<T>(step: impl Future<Output = T>) -> (T, u64) {
 
 fn driver(dir: &Path, tombstone_retention: Duration) -> ProcessDriver {
     // No shim program: a launch gets through its deciding step (the generation's
-    // directory is claimed) and then fails to start the launcher.
+    // directory is claimed) and then fails to start the launch server.
     ProcessDriver::new(
         dir.to_path_buf(),
         PathBuf::from("/nonexistent/palisade-test-shim"),

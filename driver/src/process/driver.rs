@@ -1,5 +1,5 @@
 //! The gateway side of the process driver: [`ProcessDriver`] checks fences,
-//! creates execution directories, starts shims through a launcher, observes,
+//! creates execution directories, starts shims through the launch server, observes,
 //! signals and removes executions, and keeps tombstones, all through the shared
 //! driver directory.
 
@@ -81,7 +81,7 @@ pub struct ProcessDriver {
     /// When the reconciler's last tombstone collection scanned the driver
     /// directory (see [`ProcessDriver::collect_tombstones_due`]); shared by clones.
     collected_at: Arc<Mutex<Option<Instant>>>,
-    /// The launch server that forks every launcher; shared by clones.
+    /// The launch server that forks every shim; shared by clones.
     launch_servers: Arc<LaunchServers>,
 }
 
@@ -89,7 +89,7 @@ impl ProcessDriver {
     /// A driver keeping executions under `driver_dir` (shared by every gateway on the
     /// host; created if missing) and starting shims with `shim_program`, the
     /// `palisade` binary (in production `std::env::current_exe()`). `shim_program`
-    /// should be an absolute path: launchers run with `/` as their working directory.
+    /// should be an absolute path: shims start with `/` as their working directory.
     ///
     /// Reads the directory's identity, creating it if this is the first driver to
     /// open the directory; fails if the directory cannot be created or read.
@@ -312,8 +312,7 @@ impl ProcessDriver {
                 // No shim has claimed the execution: either this call created it, or
                 // the gateway that did died before starting one. Start one; if another
                 // gateway's shim wins the claim, ours exits without doing anything.
-                // The launcher exits once the shim reported (or after a bound):
-                // observe again at once.
+                // The launch ends once the shim reported: observe again at once.
                 self.start_shim(&dir).await?;
                 shim_started = true;
                 continue;
@@ -399,7 +398,8 @@ impl ProcessDriver {
     }
 
     /// Starts the shim of `dir` through the gateway's launch server and
-    /// waits for its launcher, which exits as soon as the shim has reported.
+    /// waits for the shim's status, which it sends as soon as it has
+    /// reported.
     async fn start_shim(&self, dir: &Path) -> Result<(), DriverError> {
         let outcome = tokio::time::timeout(
             self.timeouts.shim_start_timeout,
@@ -408,17 +408,25 @@ impl ProcessDriver {
         .await;
         match outcome {
             Ok(LaunchOutcome::Launched) => Ok(()),
-            // Nothing was sent, so no launcher ran.
+            // Nothing was sent, so no shim was forked.
             Ok(LaunchOutcome::NotSent(message)) => Err(DriverError::Rejected { message }),
-            // Killed, or its server died with the launch: it may have started the
-            // shim before it died, so only observation can tell.
-            Ok(LaunchOutcome::Died) => Err(DriverError::Uncertain {
-                message: format!(
-                    "the shim launcher for {} ended without saying what it did; the shim \
-                     may have started",
-                    dir.display()
-                ),
-            }),
+            // The shim ended without its status (it died, before or after its
+            // claim), or the server died with the launch queued: what the
+            // execution directory holds tells. A claim is observed as any report
+            // (a dead shim's execution reads as gone, which the executor
+            // resolves); without one, nothing this launch started runs.
+            Ok(LaunchOutcome::Died) => {
+                if observe_blocking(dir.to_path_buf()).await?.shim.is_some() {
+                    return Ok(());
+                }
+                Err(DriverError::Uncertain {
+                    message: format!(
+                        "the launch of {} ended without a word from its shim, and no shim \
+                         claimed the execution",
+                        dir.display()
+                    ),
+                })
+            }
             Ok(LaunchOutcome::Failed(report)) => {
                 // It failed on its own, so it started no shim; but another
                 // gateway's may have claimed the execution meanwhile.
@@ -436,14 +444,14 @@ impl ProcessDriver {
                 }
                 Err(DriverError::Rejected {
                     message: format!(
-                        "the shim launcher of {} failed: {report}",
+                        "the shim program {} failed to start the shim: {report}",
                         self.shim_program.display()
                     ),
                 })
             }
             Err(_) => Err(DriverError::Uncertain {
                 message: format!(
-                    "the shim launcher for {} did not finish within {:?}",
+                    "the shim of {} did not report within {:?}",
                     dir.display(),
                     self.timeouts.shim_start_timeout
                 ),

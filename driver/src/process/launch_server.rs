@@ -1,23 +1,37 @@
 //! The launch server: one small, long-lived, single-threaded child of each
-//! gateway (`palisade shim launch-server`) that forks a launcher for every
-//! launch, so that starting a sandbox's shim costs a `fork` of a process
-//! that is already loaded instead of an `exec` of the `palisade` binary.
+//! gateway (`palisade shim launch-server`) that forks every sandbox's shim,
+//! so that starting a shim costs a `fork` of a process that is already
+//! loaded instead of an `exec` of the `palisade` binary.
 //!
 //! # Why a server (the zygote pattern)
 //!
-//! The gateway cannot fork a launcher itself: it is multi-threaded (tokio),
-//! and a fork of it may only call async-signal-safe functions before it
-//! execs. So each launch used to exec `palisade shim launch DIR`, and a
-//! profile of 16 clients creating process-driver sandboxes (`perf record
-//! -a -g`) put ~39 % of the machine's CPU in those launchers: the dynamic
-//! loader relocating the 47 MB binary (copy-on-write faults on every page
-//! of its relocated data), glibc probing the CPU, and tearing it all down
-//! again. The server pays that once: it is exec'd once per gateway, then
-//! forks one launcher per launch. The launcher (the server's child) does
-//! exactly what `palisade shim launch DIR` does ([`super::shim`]): it forks
-//! the shim into a new session and exits once the shim has reported, so the
-//! shim is adopted by init and is never a child of the gateway, of the
-//! server, or of anything a gateway's death or signal reaches.
+//! The gateway cannot fork a shim itself: it is multi-threaded (tokio), and
+//! a fork of it may only call async-signal-safe functions before it execs.
+//! So each launch used to exec `palisade shim launch DIR`, and a profile of
+//! 16 clients creating process-driver sandboxes (`perf record -a -g`) put
+//! ~39 % of the machine's CPU in those launchers: the dynamic loader
+//! relocating the 47 MB binary (copy-on-write faults on every page of its
+//! relocated data), glibc probing the CPU, and tearing it all down again.
+//! The server pays that once: it is exec'd once per gateway, then forks the
+//! shim of each launch. The child becomes the shim as `palisade shim launch
+//! DIR`'s does ([`super::shim`]): a new session of its own, its standard
+//! error in the execution's `shim.log`, nothing of the gateway's held.
+//!
+//! # Why the shim is the server's child, not its grandchild
+//!
+//! `palisade shim launch DIR` forks the shim from a launcher that exits, so
+//! the shim is adopted by init (the classic double fork). The server used
+//! to do the same, forking a launcher per launch that forked the shim: a
+//! profile of 16 clients creating sandboxes put ~10 % of the machine in
+//! those launchers (a fork, its page faults and its exit, per launch), and
+//! the shim gained nothing by them. What the double fork buys a daemon, the
+//! shim has without it: its own session (no terminal, no signal aimed at
+//! the gateway's process group reaches it), no zombie left behind (the
+//! server ignores `SIGCHLD`, so the kernel reaps its children; the shim
+//! restores the default to wait for its own command), and when the server
+//! ends (with its gateway) the shim is adopted by init and runs on. So the
+//! server forks the shim directly (`palisade-shim` under `palisade-launch`
+//! in `ps`, until the gateway goes).
 //!
 //! # The protocol
 //!
@@ -27,16 +41,17 @@
 //! (`SCM_RIGHTS`), the write ends of two pipes the gateway made for this
 //! launch:
 //!
-//! - *report*: the launcher's standard error (why it failed, if it did);
-//! - *status*: one byte written just before the launcher exits,
-//!   [`LAUNCHED`] or [`FAILED`].
+//! - *report*: why the server's child failed before it became the shim (it
+//!   could not open `shim.log`, say); closed once it is the shim;
+//! - *status*: one byte, [`LAUNCHED`] once the shim has reported (its
+//!   command recorded and started, or why not), or [`FAILED`] with the
+//!   report.
 //!
-//! The gateway reads both to their end. A launcher that ends without its
-//! status byte (killed, or its server died with the message still queued:
-//! the kernel then closes the passed descriptors) may have started the
-//! shim, so the launch is uncertain and only observation decides — as a
-//! killed `palisade shim launch` always was. Nothing else is ever uncertain:
-//! a message that could not be sent started nothing.
+//! The gateway reads both to their end. A status pipe that ends without its
+//! byte (the shim died, or the server died with the message still queued:
+//! the kernel then closes the passed descriptors) leaves only the execution
+//! directory to tell what started, and the driver observes it. A message
+//! that could not be sent started nothing.
 //!
 //! # Lifecycle
 //!
@@ -46,9 +61,9 @@
 //! Its later diagnostics go to the gateway's log. It exits when the
 //! gateway's end of the socket closes (the gateway exited, crashed or
 //! dropped its driver) and is killed with the driver; a launch that finds
-//! it gone starts another. Launchers are reaped by the kernel (`SIGCHLD`
-//! ignored in the server, restored in each launcher before it forks its
-//! shim, which waits for its own command).
+//! it gone starts another. Its shims are reaped by the kernel (`SIGCHLD`
+//! ignored in the server, restored in each shim, which waits for its own
+//! command).
 
 use std::ffi::OsStr;
 use std::fs::OpenOptions;
@@ -67,18 +82,18 @@ use rustix::net::{
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, Interest};
 
-use super::shim::{ShimArgs, launch_shim_closing, pipe};
+use super::shim::{Reported, ShimArgs, pipe, run_forked_shim};
 
 /// What the server writes to its standard output once it serves launches.
 pub(crate) const READY: u8 = b'R';
-/// A launcher's status byte: its shim started and reported.
+/// A launch's status byte: its shim started and reported.
 pub(crate) const LAUNCHED: u8 = 0;
-/// A launcher's status byte: it failed (its report says why); no shim of it
-/// started.
+/// A launch's status byte: the server's child failed before it became the
+/// shim (its report says why); no shim of it started.
 pub(crate) const FAILED: u8 = 1;
 /// Longest execution directory path a launch message carries (`PATH_MAX`).
 pub(crate) const PATH_BYTES_MAX: usize = 4096;
-/// How much of a launcher's (or a failed server's) standard error is kept.
+/// How much of a launch's report (or a failed server's standard error) is kept.
 const REPORT_BYTES_MAX: u64 = 64 * 1024;
 
 // ---------------------------------------------------------------------------------
@@ -90,7 +105,7 @@ pub(crate) fn serve_launches() -> io::Result<()> {
     const COMM: &[u8] = b"palisade-launch\0";
     // SAFETY: nothing in this process owns a descriptor above 2 yet: what is
     // there was left open (not close-on-exec) by whatever started the
-    // gateway, and no launcher or shim should hold it for the sandbox's
+    // gateway, and no shim should hold it for the sandbox's
     // life. prctl reads a static NUL-terminated name; signal installs a
     // disposition, no handler.
     unsafe {
@@ -101,7 +116,7 @@ pub(crate) fn serve_launches() -> io::Result<()> {
         }
     }
     write_byte(1, READY)?;
-    // Nothing else goes to the gateway's readiness pipe, and no launcher or
+    // Nothing else goes to the gateway's readiness pipe, and no
     // shim keeps it.
     redirect_to_null(1)?;
     // SAFETY: descriptor 0 is the socket the gateway gave this process as its
@@ -136,7 +151,7 @@ pub(crate) fn serve_launches() -> io::Result<()> {
             .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC);
         let [report, status]: [OwnedFd; 2] = match passed.try_into() {
             Ok(pipes) if !truncated && received.bytes > 0 => pipes,
-            // Dropping what came closes it: that launch reads as a launcher
+            // Dropping what came closes it: that launch reads as a shim
             // that died, which only observation resolves.
             _ => {
                 eprintln!(
@@ -152,71 +167,55 @@ pub(crate) fn serve_launches() -> io::Result<()> {
         // copy of it and may run any code.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            run_launcher(&dir, report, status);
+            run_launched_shim(&dir, report, status);
         }
         if pid < 0 {
             let error = io::Error::last_os_error();
-            let message = format!("cannot fork a launcher for {}: {error}\n", dir.display());
+            let message = format!("cannot fork the shim of {}: {error}\n", dir.display());
             let _ = write_all(report.as_raw_fd(), message.as_bytes());
             let _ = write_byte(status.as_raw_fd(), FAILED);
         }
-        // The launcher holds its own copies; the server keeps none.
+        // The shim holds its own copies; the server keeps none.
     }
 }
 
-/// The server's child: the launcher of `dir`, reporting through the two
-/// pipes the gateway passed. Never returns.
-fn run_launcher(dir: &Path, report: OwnedFd, status: OwnedFd) -> ! {
-    // SAFETY: dup2 and signal on descriptors and a signal this process owns.
-    let redirected = unsafe {
-        // The shim waits for its command: children must not be reaped for it.
-        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-        libc::dup2(report.as_raw_fd(), 2) >= 0
-    };
-    drop(report);
-    // The server's end of the socket must not outlive the server in a
-    // launcher or a shim: the gateway's sends fail (EPIPE), telling it the
-    // server is gone, only once no process holds that end.
-    let code = match redirected.then(|| redirect_to_null(0)) {
-        Some(Ok(())) => match launch_shim_closing(dir, &[status.as_raw_fd()]) {
-            Ok(()) => {
-                die_here_if_asked(dir);
-                LAUNCHED
-            }
-            Err(error) => {
-                eprintln!("palisade shim launch {}: {error}", dir.display());
-                FAILED
-            }
-        },
-        Some(Err(error)) => {
-            eprintln!("palisade shim launch {}: {error}", dir.display());
-            FAILED
+/// The server's child: the shim of `dir`, reporting through the two pipes
+/// the gateway passed. Never returns.
+fn run_launched_shim(dir: &Path, report: OwnedFd, status: OwnedFd) -> ! {
+    let log = prepare_shim(dir);
+    let code = match log {
+        Ok(log) => {
+            // Only what goes wrong before the shim exists goes to the report.
+            drop(report);
+            run_forked_shim(dir, &log, Reported::with_status(status, LAUNCHED))
         }
-        None => FAILED,
+        Err(error) => {
+            let message = format!("palisade shim launch {}: {error}\n", dir.display());
+            let _ = write_all(report.as_raw_fd(), message.as_bytes());
+            let _ = write_byte(status.as_raw_fd(), FAILED);
+            i32::from(FAILED)
+        }
     };
-    let _ = write_byte(status.as_raw_fd(), code);
-    std::process::exit(i32::from(code))
+    std::process::exit(code)
 }
 
-/// Test hook (debug builds only): a launcher whose spec's environment has
-/// [`TEST_KILL_LAUNCHER_VARIABLE`] kills itself after its shim reported and
-/// before its status byte, as a launcher killed at the worst moment.
-fn die_here_if_asked(dir: &Path) {
-    if !cfg!(debug_assertions) {
-        return;
+/// What the server's child undoes of the server before it becomes a shim,
+/// and the shim's log, opened (see [`super::shim::launch_shim_closing`]).
+fn prepare_shim(dir: &Path) -> io::Result<std::fs::File> {
+    // SAFETY: signal installs a disposition, no handler.
+    // The shim waits for its command: its children must not be reaped for it.
+    if unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
     }
-    let asked = std::fs::read(dir.join(super::SPEC_FILE))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<crate::LaunchSpec>(&bytes).ok())
-        .is_some_and(|spec| spec.env.contains_key(TEST_KILL_LAUNCHER_VARIABLE));
-    if asked {
-        // SAFETY: raise has no preconditions.
-        unsafe { libc::raise(libc::SIGKILL) };
-    }
+    // The server's end of the socket must not outlive the server in a shim:
+    // the gateway's sends fail (EPIPE), telling it the server is gone, only
+    // once no process holds that end.
+    redirect_to_null(0)?;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(super::SHIM_LOG_FILE))
 }
-
-/// The environment variable of [`die_here_if_asked`] (debug builds only).
-pub const TEST_KILL_LAUNCHER_VARIABLE: &str = "PALISADE_SHIM_TEST_KILL_LAUNCHER";
 
 fn redirect_to_null(fd: RawFd) -> io::Result<()> {
     let null = OpenOptions::new()
@@ -256,12 +255,13 @@ fn write_all(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
 /// How a launch through the server ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum LaunchOutcome {
-    /// The launcher's shim started and reported.
+    /// The shim started and reported.
     Launched,
-    /// The launcher failed before it started a shim; what it wrote.
+    /// The server's child failed before it became the shim; what it wrote.
     Failed(String),
-    /// The launcher ended without its status (killed, or the server died
-    /// with the launch): the shim may have started.
+    /// The status pipe closed without its byte: the shim died (before or
+    /// after claiming the execution), or the server died with the launch
+    /// queued. Only the execution's records tell what started.
     Died,
     /// Nothing was sent (the server could not be started or reached), so
     /// nothing started; why.
@@ -293,9 +293,8 @@ impl LaunchServers {
         }
     }
 
-    /// Launches the shim of `dir` and waits for its launcher to end. Not
-    /// bounded in time: the caller bounds it (a launch cut short is
-    /// uncertain, as [`LaunchOutcome::Died`]).
+    /// Launches the shim of `dir` and waits for its status. Not bounded in
+    /// time: the caller bounds it (a launch cut short is uncertain).
     pub(crate) async fn launch(&self, dir: &Path) -> LaunchOutcome {
         let path = dir.as_os_str().as_bytes();
         if path.is_empty() || path.len() > PATH_BYTES_MAX {
@@ -334,7 +333,8 @@ impl LaunchServers {
                 ));
             }
         }
-        // Only the launcher holds the write ends now: their ends are its end.
+        // Only the server's child holds the write ends now: the report's
+        // closes once it is the shim, the status's once the shim reported.
         drop((report_write, status_write));
         // Both to their end, the status too: a launch finishes only once no
         // process (the shim above all) holds either pipe.

@@ -8,15 +8,15 @@
 //! only that gateway could wait for it, and killing the gateway would orphan it with
 //! its exit status lost. Instead every execution gets a shim:
 //!
-//! - the gateway has a short-lived *launcher* forked for each launch by its launch
-//!   server (`palisade shim launch-server`, one long-lived single-threaded child of
-//!   the gateway, so a launch costs a `fork`, not an `exec` of this binary: see the
-//!   `launch_server` module); the launcher forks the shim (a copy of itself, so `ps`
-//!   shows it with the same command line; its `comm` is `palisade-shim`) into a new
-//!   session and exits as soon as the shim has reported, so the shim is adopted by
-//!   init: it is never a child of any gateway or server, and no gateway signal,
-//!   exit or crash reaches it (`palisade shim launch DIR` is the same launcher,
-//!   started by hand);
+//! - the gateway's launch server (`palisade shim launch-server`, one long-lived
+//!   single-threaded child of the gateway, so a launch costs a `fork`, not an
+//!   `exec` of this binary: see the `launch_server` module) forks the shim (a copy
+//!   of itself, so `ps` shows it with the same command line; its `comm` is
+//!   `palisade-shim`) into a new session of its own, so no gateway signal, exit
+//!   or crash reaches it; the server ignores `SIGCHLD` (the kernel reaps the
+//!   shims it forked), and when it ends with its gateway the shims are adopted by
+//!   init and run on (`palisade shim launch DIR`, by hand, forks the shim from a
+//!   launcher that exits once the shim has reported, so init adopts it at once);
 //! - the shim starts the command in a process group of its own, waits for it, and
 //!   writes its exit status into the execution directory;
 //! - the shim is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so descendants that
@@ -168,9 +168,11 @@
 //! - *A shim that dies while starting the command*: the command waits at a barrier
 //!   until `command.json` is durable ([`shim`]); a shim that dies before releasing it
 //!   leaves a child that reads end of file and exits without running anything.
-//! - *A launcher killed by a signal* (or one that does not exit in time): the shim may
-//!   or may not have been started, so the launch is `Uncertain`, resolved by
-//!   observation, never `Rejected`.
+//! - *A launch that never hears back* (the shim died, or the server with the launch
+//!   queued, before the status byte; or no answer in time): the shim may or may not
+//!   have been started, so the execution directory decides: a shim's claim is
+//!   observed as any report, and without one the launch is `Uncertain`, never
+//!   `Rejected`.
 //! - *Signalling*: the command's process group id is the command leader's pid. The
 //!   leader is the shim's child, and the shim observes its exit without reaping it
 //!   (`waitid(WNOWAIT)`) until it has killed the rest of the group, so while a process
@@ -193,7 +195,8 @@
 //! # Layout
 //!
 //! - [`driver`]: the gateway side: [`ProcessDriver`], which creates execution
-//!   directories, starts launchers, observes, signals and removes executions.
+//!   directories, starts shims through the launch server, observes, signals and
+//!   removes executions.
 //! - [`records`]: the on-disk records of an execution and how they are written
 //!   (atomically, once) and read back into an observation.
 //! - [`fencing`]: the per-sandbox lock, fence record and tombstone, and the driver
@@ -220,10 +223,12 @@ pub mod shim;
 
 pub use driver::{ProcessDriver, ProcessDriverTimeouts};
 pub use fencing::TombstoneRecord;
-pub use launch_server::TEST_KILL_LAUNCHER_VARIABLE;
 pub use logs::LOG_FILE_BYTES_MAX;
 pub use run_as::{RunAs, SandboxUser};
-pub use shim::{ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, run_shim, run_shim_if_requested};
+pub use shim::{
+    ShimArgs, TEST_DIE_BEFORE_RECORD_VARIABLE, TEST_LOSE_LAUNCH_STATUS_VARIABLE, run_shim,
+    run_shim_if_requested,
+};
 
 /// Longest accepted sandbox id. Ids are UUIDs (36 bytes); the bound keeps paths short.
 pub const SANDBOX_ID_LENGTH_MAX: usize = 128;
@@ -255,11 +260,10 @@ pub(crate) const SHIM_OUTPUT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// "reported" pipe; a launcher of this release forks the shim and hands it
 /// over directly (see `shim::launch_shim`).
 pub(crate) const SHIM_REPORTED_FD_VARIABLE: &str = "PALISADE_SHIM_REPORTED_FD";
-/// Longest the launcher waits for its shim to report before it exits anyway
-/// (the driver then polls for the report, bounded by its shim start timeout).
-/// Well under the shortest shim start timeout in use (5 s), which also bounds
-/// the driver's wait for the launcher itself: a slow shim then ends in the
-/// driver's polling, not in "the launcher did not exit".
+/// Longest `palisade shim launch DIR` (a launcher started by hand) waits for its
+/// shim to report before it exits anyway. A launch through the launch server
+/// waits for the shim's status byte instead, bounded by the driver's shim start
+/// timeout.
 pub(crate) const LAUNCHER_REPORT_WAIT_MAX: Duration = Duration::from_secs(2);
 /// How long a driver call waits for a sandbox's lock held by another call.
 pub(crate) const SANDBOX_LOCK_TIMEOUT: Duration = Duration::from_secs(10);

@@ -123,7 +123,9 @@ pub fn run_shim_if_requested() -> Option<i32> {
 pub fn run_shim(args: ShimArgs) -> i32 {
     let result = match &args {
         ShimArgs::Launch { execution_dir } => launch_shim(execution_dir),
-        ShimArgs::Run { execution_dir } => supervise(execution_dir, take_reported_pipe()),
+        ShimArgs::Run { execution_dir } => {
+            supervise(execution_dir, take_reported_pipe().map(Reported::closing))
+        }
         ShimArgs::Idle => idle(),
         ShimArgs::LaunchServer => super::launch_server::serve_launches(),
     };
@@ -136,14 +138,10 @@ pub fn run_shim(args: ShimArgs) -> i32 {
     }
 }
 
+/// `palisade shim launch DIR`: forks the shim of `dir` into a new session and
+/// returns once it has reported (at most [`LAUNCHER_REPORT_WAIT_MAX`]), so
+/// that the shim is adopted by init when this launcher exits.
 pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
-    launch_shim_closing(dir, &[])
-}
-
-/// [`launch_shim`], closing `inherited` (descriptors of the launcher's own
-/// caller, the launch server) in the shim, which must hold nothing of the
-/// gateway's.
-pub(crate) fn launch_shim_closing(dir: &Path, inherited: &[RawFd]) -> io::Result<()> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -167,22 +165,23 @@ pub(crate) fn launch_shim_closing(dir: &Path, inherited: &[RawFd]) -> io::Result
     }
     if pid == 0 {
         drop(reported_read);
-        for fd in inherited {
-            // SAFETY: closes descriptors the caller handed over for this.
-            unsafe { libc::close(*fd) };
-        }
-        std::process::exit(run_forked_shim(dir, &log, reported_write));
+        std::process::exit(run_forked_shim(
+            dir,
+            &log,
+            Reported::closing(reported_write),
+        ));
     }
     drop((reported_write, log));
     wait_for_end_of_file(&reported_read, LAUNCHER_REPORT_WAIT_MAX);
     Ok(())
 }
 
-/// The launcher's child becoming the shim: its stderr goes to `shim.log` first
-/// (the launcher's is the gateway's pipe, which must see end of file when the
-/// launcher exits), then a new session detaches it from the gateway's session,
-/// process group and terminal, so signals aimed at those never reach it.
-fn run_forked_shim(dir: &Path, log: &File, reported: OwnedFd) -> i32 {
+/// A forked child (of a launcher, or of the launch server) becoming the shim:
+/// its stderr goes to `shim.log` first (its parent's is the gateway's, which
+/// must not be held for the sandbox's life), then a new session detaches it
+/// from the gateway's session, process group and terminal, so signals aimed at
+/// those never reach it.
+pub(crate) fn run_forked_shim(dir: &Path, log: &File, reported: Reported) -> i32 {
     const COMM: &[u8] = b"palisade-shim\0";
     // SAFETY: dup2 and setsid on descriptors this process owns; prctl reads a
     // static NUL-terminated name.
@@ -200,6 +199,45 @@ fn run_forked_shim(dir: &Path, log: &File, reported: OwnedFd) -> i32 {
         Err(error) => {
             eprintln!("palisade shim run {}: {error}", dir.display());
             1
+        }
+    }
+}
+
+/// How a shim tells whoever launched it that it has reported (its command
+/// recorded and started, or why not): it lets go of this handle, on every
+/// return of [`supervise`] or once the command runs.
+pub(crate) struct Reported {
+    pipe: OwnedFd,
+    /// Written just before the pipe closes (a launch through the launch
+    /// server reads it); `None`: the end of file alone says it (a launcher
+    /// of `palisade shim launch` waits for it).
+    status: Option<u8>,
+}
+
+impl Reported {
+    /// Reports by closing `pipe`.
+    pub(crate) fn closing(pipe: OwnedFd) -> Self {
+        Reported { pipe, status: None }
+    }
+
+    /// Reports by writing `status` to `pipe`, then closing it.
+    pub(crate) fn with_status(pipe: OwnedFd, status: u8) -> Self {
+        Reported {
+            pipe,
+            status: Some(status),
+        }
+    }
+}
+
+impl Drop for Reported {
+    fn drop(&mut self) {
+        if let Some(status) = self.status {
+            // SAFETY: writes one byte from a local into a descriptor we own.
+            // A reader that gave up (EPIPE; SIGPIPE is ignored) is no error:
+            // the driver observes the execution's records either way.
+            unsafe {
+                libc::write(self.pipe.as_raw_fd(), (&raw const status).cast(), 1);
+            }
         }
     }
 }
@@ -312,7 +350,7 @@ pub(crate) fn install_signal_forwarding() -> io::Result<()> {
 
 /// The shim proper: claim the execution, check it may run, start the command behind
 /// a barrier, record it, release it, wait, sweep, record the exit.
-pub(crate) fn supervise(dir: &Path, reported: Option<OwnedFd>) -> io::Result<()> {
+pub(crate) fn supervise(dir: &Path, reported: Option<Reported>) -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer argument only.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } != 0 {
         return Err(io::Error::last_os_error());
@@ -320,6 +358,7 @@ pub(crate) fn supervise(dir: &Path, reported: Option<OwnedFd>) -> io::Result<()>
     install_signal_forwarding()?;
     // `reported` is closed (dropped) once this shim has said what it did: on
     // every return below, or right after the command started.
+    let mut reported = reported;
     let spec: LaunchSpec = read_record(&dir.join(SPEC_FILE))?
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no spec.json"))?;
     let sandbox_dir = parent_of(dir);
@@ -456,8 +495,15 @@ pub(crate) fn supervise(dir: &Path, reported: Option<OwnedFd>) -> io::Result<()>
         return write_record(&dir.join(REJECTED_FILE), &RejectedRecord { code, message });
     }
 
-    // The command runs and is recorded: the launcher (and so the driver's
-    // launch) may go on.
+    // The command runs and is recorded: the launch may go on.
+    if cfg!(debug_assertions) && spec.env.contains_key(TEST_LOSE_LAUNCH_STATUS_VARIABLE) {
+        // TEST-ONLY (debug builds): the launch never learns that this shim
+        // started its command, as if its launcher had been killed.
+        eprintln!("palisade shim: {TEST_LOSE_LAUNCH_STATUS_VARIABLE} is set: no launch status");
+        if let Some(reported) = reported.as_mut() {
+            reported.status = None;
+        }
+    }
     drop(reported);
     let exit = wait_for_leader(leader)?;
     FORWARD_TO_GROUP.store(0, Ordering::SeqCst);
@@ -479,6 +525,14 @@ pub(crate) fn supervise(dir: &Path, reported: Option<OwnedFd>) -> io::Result<()>
 /// with SIGKILL after starting the command behind its barrier and before recording
 /// it, so tests can show that such a command never runs.
 pub const TEST_DIE_BEFORE_RECORD_VARIABLE: &str = "PALISADE_SHIM_TEST_DIE_BEFORE_RECORD";
+
+/// TEST-ONLY hook, honoured in debug builds only and read only by the shim, from the
+/// spec's environment: when the variable is set (to anything), a shim started by
+/// the launch server closes the launch's status pipe without its status byte
+/// after starting the command, so tests can show that a launch that never hears
+/// back stays uncertain until observed (as a launcher killed at that moment left
+/// it, before shims were forked by the server itself).
+pub const TEST_LOSE_LAUNCH_STATUS_VARIABLE: &str = "PALISADE_SHIM_TEST_LOSE_LAUNCH_STATUS";
 
 /// Finds the program as `execvp` would, with `search_path` (the command's `PATH`)
 /// and relative paths taken from the command's working directory.
