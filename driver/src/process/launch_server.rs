@@ -82,7 +82,7 @@ use rustix::net::{
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, Interest};
 
-use super::shim::{Reported, ShimArgs, pipe, run_forked_shim};
+use super::shim::{Reported, ShimArgs, open_shim_log, pipe, run_forked_shim};
 
 /// What the server writes to its standard output once it serves launches.
 pub(crate) const READY: u8 = b'R';
@@ -211,10 +211,7 @@ fn prepare_shim(dir: &Path) -> io::Result<std::fs::File> {
     // the gateway's sends fail (EPIPE), telling it the server is gone, only
     // once no process holds that end.
     redirect_to_null(0)?;
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(super::SHIM_LOG_FILE))
+    open_shim_log(dir)
 }
 
 fn redirect_to_null(fd: RawFd) -> io::Result<()> {
@@ -229,7 +226,7 @@ fn redirect_to_null(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-fn write_byte(fd: RawFd, byte: u8) -> io::Result<()> {
+pub(crate) fn write_byte(fd: RawFd, byte: u8) -> io::Result<()> {
     write_all(fd, &[byte])
 }
 

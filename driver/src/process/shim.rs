@@ -142,10 +142,7 @@ pub fn run_shim(args: ShimArgs) -> i32 {
 /// returns once it has reported (at most [`LAUNCHER_REPORT_WAIT_MAX`]), so
 /// that the shim is adopted by init when this launcher exits.
 pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(SHIM_LOG_FILE))?;
+    let log = open_shim_log(dir)?;
     // The shim's "reported" pipe: the shim holds the write end until it has
     // said what it did (command recorded and started, rejected, refused, or
     // claim lost) and then closes it, or dies, which closes it too. This
@@ -174,6 +171,15 @@ pub(crate) fn launch_shim(dir: &Path) -> io::Result<()> {
     drop((reported_write, log));
     wait_for_end_of_file(&reported_read, LAUNCHER_REPORT_WAIT_MAX);
     Ok(())
+}
+
+/// The execution's `shim.log`, opened for the shim's standard error (made if
+/// it is not there; appended to by every shim of the execution).
+pub(crate) fn open_shim_log(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(SHIM_LOG_FILE))
 }
 
 /// A forked child (of a launcher, or of the launch server) becoming the shim:
@@ -232,12 +238,9 @@ impl Reported {
 impl Drop for Reported {
     fn drop(&mut self) {
         if let Some(status) = self.status {
-            // SAFETY: writes one byte from a local into a descriptor we own.
             // A reader that gave up (EPIPE; SIGPIPE is ignored) is no error:
             // the driver observes the execution's records either way.
-            unsafe {
-                libc::write(self.pipe.as_raw_fd(), (&raw const status).cast(), 1);
-            }
+            let _ = super::launch_server::write_byte(self.pipe.as_raw_fd(), status);
         }
     }
 }
