@@ -182,6 +182,75 @@ pub fn rss_bytes(pid: u32) -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// CPU time spent so far, as [`CpuMeter::read`] sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuReading {
+    /// User + system seconds of the metered processes (the replicas).
+    pub processes: f64,
+    /// Busy seconds of the whole machine, all cores (`/proc/stat`: every
+    /// state but idle and iowait), whoever spent them: the replicas, the
+    /// benchmark's own clients, shims, the kernel's workers.
+    pub machine: f64,
+}
+
+impl std::ops::Sub for CpuReading {
+    type Output = CpuReading;
+    fn sub(self, earlier: CpuReading) -> CpuReading {
+        CpuReading {
+            processes: self.processes - earlier.processes,
+            machine: self.machine - earlier.machine,
+        }
+    }
+}
+
+/// Reads how much CPU a set of processes and the machine spent: CPU time
+/// per operation is what a saturated two-core machine's throughput is made
+/// of, and it moves far less between runs than ops/s does.
+#[derive(Debug, Clone, Default)]
+pub struct CpuMeter {
+    pids: Vec<u32>,
+}
+
+impl CpuMeter {
+    /// A meter of the processes `pids` (a process that is gone counts 0).
+    pub fn new(pids: Vec<u32>) -> Self {
+        CpuMeter { pids }
+    }
+
+    /// The CPU seconds spent so far.
+    pub fn read(&self) -> CpuReading {
+        CpuReading {
+            processes: self
+                .pids
+                .iter()
+                .filter_map(|pid| palisade_testkit::processes::cpu_seconds(*pid))
+                .sum(),
+            machine: machine_busy_seconds().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Busy seconds of all cores since boot (the first line of `/proc/stat`:
+/// user, nice, system, irq, softirq and steal); `None` if it does not read
+/// as expected.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .map(|field| field.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is
+    // already inside user).
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|at| fields.get(*at))
+        .sum::<u64>();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| busy as f64 / per_second as f64)
+}
+
 /// A text table: columns as wide as their widest cell, two spaces apart,
 /// the first few left-aligned (labels), the others right-aligned (numbers).
 #[derive(Debug)]

@@ -26,7 +26,12 @@
 //!    sandboxes (each waits for READY), stops them (each waits for
 //!    STOPPED), starts them again (each waits for READY), deletes them
 //!    (each waits until gone), and prints
-//!    throughput and p50/p99 latency per operation;
+//!    throughput and p50/p99 latency per operation, and the CPU time each
+//!    operation cost: the three replica processes' (user + system), and
+//!    the whole machine's busy time (the clients, the kernel's workers and,
+//!    with `--driver process`, the shims too). On a saturated machine CPU
+//!    per operation is what throughput is made of, and it moves much less
+//!    between runs than ops/s: compare builds by it;
 //! 2. several times: SIGKILLs the leader while clients keep creating
 //!    through the other two replicas, and prints the time from the kill to
 //!    the first acknowledged create that was sent after it, then restarts
@@ -53,8 +58,8 @@ use anyhow::Context as _;
 use anyhow::bail;
 use clap::Parser;
 use palisade_bench::{
-    LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis, palisade_binary, percentile,
-    run_main, start_cluster_with, wait_ready,
+    CpuMeter, CpuReading, LEADER_TIMEOUT, REPLICAS, Table, connect, in_run_dir, millis,
+    palisade_binary, percentile, run_main, start_cluster_with, wait_ready,
 };
 use palisade_cli::client::LeaderChannel;
 use palisade_proto::v1;
@@ -272,17 +277,24 @@ async fn bench(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()
     } else {
         RequestIds::TimeOrdered
     };
+    let meter = CpuMeter::new(
+        cluster
+            .replicas
+            .iter()
+            .filter_map(|replica| replica.try_pid())
+            .collect(),
+    );
     let mut table = Vec::new();
     for &clients in &args.clients {
         let clients = clients.max(1);
         let per_client = (args.sandboxes / clients).max(8);
         let min_phase = Duration::from_secs(args.min_phase_seconds);
         let routes = client_routes(&channels, clients, args.stay);
-        let mut rows = level(&routes, per_client, phase_limit, 1, request_ids).await;
+        let mut rows = level(&routes, &meter, per_client, phase_limit, 1, request_ids).await;
         let mut cycle = 1;
         while rows.iter().any(|row| row.elapsed < min_phase) {
             cycle += 1;
-            let more = level(&routes, per_client, phase_limit, cycle, request_ids).await;
+            let more = level(&routes, &meter, per_client, phase_limit, cycle, request_ids).await;
             for (row, more) in rows.iter_mut().zip(more) {
                 row.add(more);
             }
@@ -353,6 +365,8 @@ struct Row {
     elapsed: Duration,
     latencies: Vec<Duration>,
     first_error: Option<String>,
+    /// CPU the replicas and the machine spent during the phase.
+    cpu: CpuReading,
 }
 
 impl Row {
@@ -362,6 +376,8 @@ impl Row {
         self.errors += other.errors;
         self.elapsed += other.elapsed;
         self.latencies.extend(other.latencies);
+        self.cpu.processes += other.cpu.processes;
+        self.cpu.machine += other.cpu.machine;
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
@@ -370,13 +386,24 @@ impl Row {
 
 fn print_table(rows: &[Row]) {
     let mut table = Table::new(
-        &["op", "clients", "ok", "errors", "ops/s", "p50 ms", "p99 ms"],
+        &[
+            "op",
+            "clients",
+            "ok",
+            "errors",
+            "ops/s",
+            "p50 ms",
+            "p99 ms",
+            "replica CPU ms/op",
+            "machine CPU ms/op",
+        ],
         1,
     );
     for row in rows {
         let mut sorted = row.latencies.clone();
         sorted.sort();
         let throughput = row.ok as f64 / row.elapsed.as_secs_f64().max(1e-9);
+        let per_op = |seconds: f64| format!("{:.3}", seconds * 1e3 / row.ok.max(1) as f64);
         table.row(vec![
             row.operation.to_string(),
             row.clients.to_string(),
@@ -385,6 +412,8 @@ fn print_table(rows: &[Row]) {
             format!("{throughput:.0}"),
             format!("{:.1}", millis(percentile(&sorted, 0.50))),
             format!("{:.1}", millis(percentile(&sorted, 0.99))),
+            per_op(row.cpu.processes),
+            per_op(row.cpu.machine),
         ]);
     }
     print!("{table}");
@@ -422,6 +451,7 @@ fn client_routes(channels: &[Channel], clients: usize, stay: bool) -> Vec<Leader
 
 async fn level(
     routes: &[LeaderChannel],
+    meter: &CpuMeter,
     per_client: usize,
     phase_limit: Duration,
     cycle: usize,
@@ -437,7 +467,12 @@ async fn level(
         })
         .collect();
 
-    let (create_row, ids) = phase("create", clients, phase_limit, |client, deadline| {
+    let setup = PhaseSetup {
+        clients,
+        phase_limit,
+        meter,
+    };
+    let (create_row, ids) = phase("create", &setup, |client, deadline| {
         let mut api = api(client);
         let names = names[client].clone();
         async move {
@@ -469,8 +504,7 @@ async fn level(
     let ids = Arc::new(ids);
     let (stop_row, stopped) = sandbox_phase(
         "stop",
-        clients,
-        phase_limit,
+        &setup,
         request_ids,
         &ids,
         &api,
@@ -487,8 +521,7 @@ async fn level(
     // The stopped ones start again (each waits for READY): a new execution.
     let (start_row, _) = sandbox_phase(
         "start",
-        clients,
-        phase_limit,
+        &setup,
         request_ids,
         &Arc::new(stopped),
         &api,
@@ -504,8 +537,7 @@ async fn level(
     .await;
     let (delete_row, _) = sandbox_phase(
         "delete",
-        clients,
-        phase_limit,
+        &setup,
         request_ids,
         &ids,
         &api,
@@ -528,8 +560,7 @@ type Outcomes = Vec<(Duration, Result<String, tonic::Status>)>;
 /// `ids[i]`, in order, with a new request id each), through `api(i)`.
 async fn sandbox_phase<Call, Answer>(
     operation: &'static str,
-    clients: usize,
-    phase_limit: Duration,
+    setup: &PhaseSetup<'_>,
     request_ids: RequestIds,
     ids: &Arc<Vec<Vec<String>>>,
     api: &impl Fn(usize) -> PalisadeClient<LeaderChannel>,
@@ -542,7 +573,7 @@ where
         + 'static,
     Answer: Future<Output = Result<(), tonic::Status>> + Send,
 {
-    phase(operation, clients, phase_limit, |client, deadline| {
+    phase(operation, setup, |client, deadline| {
         let api = api(client);
         let ids = ids[client].clone();
         let call = call.clone();
@@ -564,19 +595,34 @@ where
     .await
 }
 
-/// Runs `clients` copies of `client` at once; each sends no request after
-/// `phase_limit` (and each request has its own deadline). Returns the row
-/// and, per client, the ids it got.
+/// What every phase of a level shares.
+struct PhaseSetup<'a> {
+    /// Concurrent clients.
+    clients: usize,
+    /// No client sends a request after this long.
+    phase_limit: Duration,
+    /// The replicas' and the machine's CPU, read around each phase.
+    meter: &'a CpuMeter,
+}
+
+/// Runs `setup.clients` copies of `client` at once; each sends no request
+/// after `setup.phase_limit` (and each request has its own deadline).
+/// Returns the row and, per client, the ids it got.
 async fn phase<F, Fut>(
     operation: &'static str,
-    clients: usize,
-    phase_limit: Duration,
+    setup: &PhaseSetup<'_>,
     client: F,
 ) -> (Row, Vec<Vec<String>>)
 where
     F: Fn(usize, Instant) -> Fut,
     Fut: Future<Output = Outcomes> + Send + 'static,
 {
+    let PhaseSetup {
+        clients,
+        phase_limit,
+        meter,
+    } = *setup;
+    let cpu_before = meter.read();
     let started = Instant::now();
     let deadline = started + phase_limit;
     let mut tasks = JoinSet::new();
@@ -593,6 +639,7 @@ where
         elapsed: Duration::ZERO,
         latencies: Vec::new(),
         first_error: None,
+        cpu: CpuReading::default(),
     };
     while let Some(joined) = tasks.join_next().await {
         let Ok((index, outcomes)) = joined else {
@@ -615,6 +662,7 @@ where
         }
     }
     row.elapsed = started.elapsed();
+    row.cpu = meter.read() - cpu_before;
     (row, ids)
 }
 
