@@ -1149,7 +1149,7 @@ impl Executor {
         }
         debug!(term, command = name, "proposing completion");
         let (responder, response) = ProgressResponder::complete_only();
-        let write = self.raft.write(command);
+        let write = self.raft.write(command.into());
         // Planted bug (b), test-only: no term fence (see `crate::planted`).
         let write = if crate::planted::skip_term_fence() {
             write

@@ -60,7 +60,7 @@ pub async fn run(
         if !palisade_lifecycle::feature::permits(current, &command) {
             continue;
         }
-        match raft.client_write(command).await {
+        match raft.client_write(command.into()).await {
             Ok(written) => info!(
                 from = current,
                 to = level,

@@ -206,7 +206,7 @@ impl Replica {
         let name = command.name();
         let written = tokio::time::timeout(
             self.timeouts.propose_timeout,
-            self.raft.client_write(command),
+            self.raft.client_write(command.into()),
         )
         .await;
         match written {
@@ -271,6 +271,8 @@ impl Replica {
     }
 
     async fn propose_untraced(&self, command: Command) -> Result<Proposed, tonic::Status> {
+        // Shared, not copied, by each attempt (see `palisade_raft::TypeConfig`).
+        let command = Arc::new(command);
         let deadline = Instant::now() + self.timeouts.propose_timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -327,7 +329,7 @@ impl Replica {
                 .while_leader_is(
                     leader,
                     self.peers
-                        .forward_write(leader, &address, command.clone(), remaining),
+                        .forward_write(leader, &address, Command::clone(&command), remaining),
                 )
                 .await;
             let Some(forwarded) = forwarded else {

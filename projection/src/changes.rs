@@ -716,7 +716,7 @@ mod tests {
                     index: shadow.position.index + 1,
                     term: 1,
                 },
-                payload: Payload::Command(command),
+                payload: Payload::Command(command.into()),
             };
             shadow.apply(&record, Some(&mut changes));
         }

@@ -81,7 +81,7 @@ impl MemoryReplica {
             let response = palisade_lifecycle::apply(&mut inner.state, position, &command);
             inner.log.push_back(LogRecord {
                 position,
-                payload: Payload::Command(command),
+                payload: Payload::Command(command.into()),
             });
             inner.last = position;
             (position, response)

@@ -7,6 +7,7 @@
 //! tests and benchmarks. The projector code is the same for both.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use openraft::{EntryPayload, RaftLogReader};
 use palisade_lifecycle::{Command, LogPosition, State};
@@ -17,12 +18,11 @@ use tokio::sync::watch;
 use crate::error::ProjectionError;
 
 /// What a committed log entry carries, as far as the projection cares.
-// Nearly every entry is a command: boxing it would only add an allocation.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
-    /// A lifecycle command.
-    Command(Command),
+    /// A lifecycle command, shared with the log's copy of the entry (see
+    /// `palisade_raft::TypeConfig`).
+    Command(Arc<Command>),
     /// A leader's blank entry, or a membership change: no lifecycle effect.
     NotACommand,
 }

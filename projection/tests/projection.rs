@@ -823,7 +823,7 @@ async fn raft_replica_source_projects_and_resyncs_after_a_purge() -> Result<()> 
     let mut commit = async |count: usize| -> Result<()> {
         for _ in 0..count {
             let command = state.read(|applied| workload.next_command(&applied.state));
-            let written = raft.client_write(command).await?;
+            let written = raft.client_write(command.into()).await?;
             command_indexes.insert(written.log_id.index);
         }
         Ok(())
@@ -880,7 +880,7 @@ async fn raft_replica_source_projects_and_resyncs_after_a_purge() -> Result<()> 
     let mut commit = async |count: usize| -> Result<()> {
         for _ in 0..count {
             let command = state.read(|applied| workload.next_command(&applied.state));
-            let written = raft.client_write(command).await?;
+            let written = raft.client_write(command.into()).await?;
             command_indexes.insert(written.log_id.index);
         }
         Ok(())
@@ -1144,7 +1144,7 @@ async fn three_replicas_random_workload_with_a_leader_handoff() -> Result<()> {
                 .state
                 .read(|applied| workload.next_command(&applied.state));
             let raft = node.raft.clone();
-            proposals.spawn(async move { raft.client_write(command).await });
+            proposals.spawn(async move { raft.client_write(command.into()).await });
         }
         let mut refused = false;
         while let Some(result) = proposals.join_next().await {

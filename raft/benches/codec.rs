@@ -54,7 +54,7 @@ fn batch() -> Vec<Entry> {
                     request,
                 }
             };
-            Entry::new_normal(LogId::new(3.into(), 1_000 + i), command)
+            Entry::new_normal(LogId::new(3.into(), 1_000 + i), command.into())
         })
         .collect()
 }

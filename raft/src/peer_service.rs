@@ -650,7 +650,7 @@ impl RaftPeer for PeerService {
             tracing::Instrument::instrument(
                 async move {
                     tracing::debug!("forwarded write received");
-                    let reply = raft.client_write(command).await;
+                    let reply = raft.client_write(command.into()).await;
                     match &reply {
                         Ok(written) => tracing::debug!(
                             index = written.log_id.index,

@@ -865,7 +865,7 @@ impl RaftStateMachine<TypeConfig> for LifecycleStateMachine {
                             term: log_id.leader_id.term,
                         };
                         // A delete's event carries the sandbox as it was last.
-                        let before = match command {
+                        let before = match &**command {
                             palisade_lifecycle::Command::CompleteDelete { sandbox_id, .. } => {
                                 guard.state.sandboxes.get(sandbox_id).cloned()
                             }

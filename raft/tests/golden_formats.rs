@@ -318,7 +318,7 @@ fn every_command_variant_has_a_golden_log_entry_of_the_current_version() {
     for (offset, command) in samples().into_iter().enumerate() {
         let variant = variant_of(&command);
         let path = entry_file(&dir, &variant);
-        let entry = Entry::new_normal(LogId::new(1.into(), offset as u64 + 1), command);
+        let entry = Entry::new_normal(LogId::new(1.into(), offset as u64 + 1), command.into());
         let written = stored_entry(&entry);
         match std::fs::read(&path) {
             Ok(golden) => {

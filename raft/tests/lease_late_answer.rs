@@ -336,9 +336,12 @@ async fn a_late_answer_is_credited_with_its_own_request_not_a_newer_one() -> Res
     }
 
     let leader_raft = replica(&replicas, leader).raft.clone();
-    let written = tokio::time::timeout(WAIT, leader_raft.client_write(create_workspace("staged")))
-        .await
-        .context("the staged write did not commit")??;
+    let written = tokio::time::timeout(
+        WAIT,
+        leader_raft.client_write(create_workspace("staged").into()),
+    )
+    .await
+    .context("the staged write did not commit")??;
     let staged_index = written.log_id.index;
     ensure!(
         plot.lock().staged_index == Some(staged_index),

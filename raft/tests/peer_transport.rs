@@ -297,7 +297,9 @@ async fn learner_behind_a_purged_log_gets_a_chunked_snapshot() -> Result<()> {
 
     let mut last = 0;
     for name in ["one", "two", "three", "four"] {
-        let response = leader_raft.client_write(create_workspace(name)).await?;
+        let response = leader_raft
+            .client_write(create_workspace(name).into())
+            .await?;
         ensure!(response.data.is_ok(), "{:?}", response.data);
         last = response.log_id.index;
     }
@@ -518,9 +520,12 @@ async fn a_cluster_switches_to_the_binary_encoding_when_its_level_allows() -> Re
     }
     let leader_raft = replica(&replicas, leader).raft.clone();
     let raised = leader_raft
-        .client_write(Command::RaiseFeatureLevel {
-            level: FEATURE_LEVEL_BINARY_PEER_PAYLOADS,
-        })
+        .client_write(
+            Command::RaiseFeatureLevel {
+                level: FEATURE_LEVEL_BINARY_PEER_PAYLOADS,
+            }
+            .into(),
+        )
         .await?;
     ensure!(raised.data.is_ok(), "{:?}", raised.data);
     for replica in &replicas {

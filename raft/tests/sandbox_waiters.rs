@@ -127,7 +127,7 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
         },
         create_workspace("team-a"),
     ] {
-        let response = raft.client_write(command).await?;
+        let response = raft.client_write(command.into()).await?;
         ensure!(response.data.is_ok(), "{:?}", response.data);
     }
 
@@ -139,7 +139,9 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
     let a_created = a.sandbox.notified();
     tokio::pin!(a_created);
     a_created.as_mut().enable();
-    let response = raft.client_write(begin_create(SANDBOX_A, "a")).await?;
+    let response = raft
+        .client_write(begin_create(SANDBOX_A, "a").into())
+        .await?;
     ensure!(response.data.is_ok(), "{:?}", response.data);
     tokio::time::timeout(WAIT, a_created)
         .await
@@ -153,7 +155,9 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
     a_everyone.as_mut().enable();
     b_touched.as_mut().enable();
 
-    let response = raft.client_write(begin_create(SANDBOX_B, "b")).await?;
+    let response = raft
+        .client_write(begin_create(SANDBOX_B, "b").into())
+        .await?;
     ensure!(response.data.is_ok(), "{:?}", response.data);
     tokio::time::timeout(WAIT, b_touched)
         .await
@@ -173,7 +177,9 @@ async fn a_replica_wakes_the_waiters_of_the_sandbox_its_batch_touched() -> anyho
         "every waiter was woken by a batch that touched only B"
     );
 
-    let response = raft.client_write(create_workspace("team-bb")).await?;
+    let response = raft
+        .client_write(create_workspace("team-bb").into())
+        .await?;
     ensure!(response.data.is_ok(), "{:?}", response.data);
     tokio::time::timeout(WAIT, a_everyone)
         .await

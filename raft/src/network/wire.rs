@@ -186,7 +186,7 @@ mod golden {
     fn samples() -> Vec<(&'static str, Codec)> {
         let entries: Vec<Entry> = vec![
             Entry::new_blank(LogId::new(7.into(), 41)),
-            Entry::new_normal(LogId::new(7.into(), 42), delete_command()),
+            Entry::new_normal(LogId::new(7.into(), 42), delete_command().into()),
             Entry::new_membership(LogId::new(7.into(), 43), membership()),
         ];
         let append = AppendEntriesRequest::<TypeConfig> {
