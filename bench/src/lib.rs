@@ -187,9 +187,9 @@ pub fn rss_bytes(pid: u32) -> u64 {
 pub struct CpuReading {
     /// User + system seconds of the metered processes (the replicas).
     pub processes: f64,
-    /// Busy seconds of the whole machine, all cores (`/proc/stat`: every
-    /// state but idle and iowait), whoever spent them: the replicas, the
-    /// benchmark's own clients, shims, the kernel's workers.
+    /// Busy seconds of the whole machine, all cores (`/proc/stat`: user,
+    /// nice, system, irq and softirq time), whoever spent them: the
+    /// replicas, the benchmark's own clients, shims, the kernel's workers.
     pub machine: f64,
 }
 
@@ -231,8 +231,9 @@ impl CpuMeter {
 }
 
 /// Busy seconds of all cores since boot (the first line of `/proc/stat`:
-/// user, nice, system, irq, softirq and steal); `None` if it does not read
-/// as expected.
+/// user, nice, system, irq and softirq; not idle or iowait, and not steal,
+/// time a virtual machine's host gave to others); `None` if it does not
+/// read as expected.
 pub fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
@@ -242,7 +243,7 @@ pub fn machine_busy_seconds() -> Option<f64> {
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal (guest time is
     // already inside user).
-    let busy = [0, 1, 2, 5, 6, 7]
+    let busy = [0, 1, 2, 5, 6]
         .iter()
         .filter_map(|at| fields.get(*at))
         .sum::<u64>();
