@@ -251,13 +251,22 @@ impl ProcessDriver {
         validate_spec(spec)?;
         validate_fence(fence, &spec.sandbox_id, Some(spec.generation))?;
         let dir = self.execution_dir(&spec.sandbox_id, spec.generation);
-        {
+        let created = {
             let (driver, spec, fence) = (self.clone(), spec.clone(), fence.clone());
-            blocking(move || driver.claim_generation(&spec, &fence)).await?;
-        }
+            blocking(move || driver.claim_generation(&spec, &fence)).await?
+        };
 
         let deadline = Instant::now() + self.timeouts.shim_start_timeout;
         let mut shim_started = false;
+        if created {
+            // This call just made the generation's directory, so no shim has
+            // claimed it: start one without reading the directory first (a
+            // read that found nothing, on every create and start). Another
+            // gateway launching the same generation meanwhile may start one
+            // too; the shims' claim decides, and the loser runs nothing.
+            self.start_shim(&dir).await?;
+            shim_started = true;
+        }
         loop {
             let observation = observe_blocking(dir.clone()).await?;
             if !observation.exists {
@@ -309,10 +318,11 @@ impl ProcessDriver {
                     return Ok(handle);
                 }
             } else if !shim_started {
-                // No shim has claimed the execution: either this call created it, or
-                // the gateway that did died before starting one. Start one; if another
-                // gateway's shim wins the claim, ours exits without doing anything.
-                // The launch ends once the shim reported: observe again at once.
+                // A repeated launch, and no shim has claimed the execution: the
+                // gateway that created it died before starting one. Start one; if
+                // another gateway's shim wins the claim, ours exits without doing
+                // anything. The launch ends once the shim reported: observe again
+                // at once.
                 self.start_shim(&dir).await?;
                 shim_started = true;
                 continue;
@@ -333,8 +343,10 @@ impl ProcessDriver {
     }
 
     /// The deciding step of `launch`, under the sandbox's lock: admit the fence,
-    /// claim the generation, then check the tombstone.
-    fn claim_generation(&self, spec: &LaunchSpec, fence: &Fence) -> Result<(), DriverError> {
+    /// claim the generation, then check the tombstone. True if this call
+    /// created the generation's directory (false: it was there already, a
+    /// repeated launch).
+    fn claim_generation(&self, spec: &LaunchSpec, fence: &Fence) -> Result<bool, DriverError> {
         let sandbox_dir = self.sandbox_dir(&spec.sandbox_id);
         let lock = self.lock(&sandbox_dir)?;
         let admitted = admit_fence(&lock, &sandbox_dir, fence)?;
@@ -375,7 +387,7 @@ impl ProcessDriver {
                         .map_err(|error| io_uncertain("creating", &work_dir, error))?;
                 }
             }
-            return Ok(());
+            return Ok(created);
         };
         if created {
             // No shim was started for a directory this call just created: take it
