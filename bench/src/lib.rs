@@ -230,22 +230,27 @@ impl CpuMeter {
     }
 }
 
-/// Busy seconds of all cores since boot (the first line of `/proc/stat`:
-/// user, nice, system, irq and softirq; not idle or iowait, and not steal,
-/// time a virtual machine's host gave to others); `None` if it does not
-/// read as expected.
-pub fn machine_busy_seconds() -> Option<f64> {
+/// The tick counts of the first line of `/proc/stat` (all cores since
+/// boot): user, nice, system, idle, iowait, irq, softirq, steal, then guest
+/// time (already inside user and nice); `None` if it does not read as
+/// expected.
+pub fn machine_cpu_ticks() -> Option<Vec<u64>> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let fields: Vec<u64> = line
-        .split_whitespace()
+    line.split_whitespace()
         .map(|field| field.parse::<u64>().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal (guest time is
-    // already inside user).
+        .collect()
+}
+
+/// Busy seconds of all cores since boot ([`machine_cpu_ticks`]: user,
+/// nice, system, irq and softirq; not idle or iowait, and not steal, time
+/// a virtual machine's host gave to others); `None` if `/proc/stat` does
+/// not read as expected.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let ticks = machine_cpu_ticks()?;
     let busy = [0, 1, 2, 5, 6]
         .iter()
-        .filter_map(|at| fields.get(*at))
+        .filter_map(|at| ticks.get(*at))
         .sum::<u64>();
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

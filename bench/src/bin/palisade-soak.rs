@@ -166,7 +166,8 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
     let mut last = (0, 0, Instant::now());
     let started = Instant::now();
     let first_term = state_of(&channels).await.term;
-    let mut last_cpu = cpu_seconds(&pids);
+    let meter = palisade_bench::CpuMeter::new(pids.clone());
+    let mut last_cpu = meter.read().processes;
     let mut last_host = host_times();
     println!(
         "{:>6} {:>8} {:>6} {:>8} {:>11} {:>7} {:>5} {:>10} {:>12} {:>12} {:>9} {:>12} {:>12}",
@@ -193,7 +194,7 @@ async fn soak(args: &Args, palisade: &Path, root: PathBuf) -> anyhow::Result<()>
         let rss: Vec<u64> = pids.iter().map(|pid| rss_bytes(*pid)).collect();
         let snapshots: Vec<u64> = data_dirs.iter().map(|dir| snapshot_bytes(dir)).collect();
         let seen = state_of(&channels).await;
-        let cpu = cpu_seconds(&pids);
+        let cpu = meter.read().processes;
         let host = host_times();
         let steal_percent = host_steal_percent(last_host, host);
         last_host = host;
@@ -365,28 +366,12 @@ async fn state_of(channels: &[Channel]) -> Seen {
     found
 }
 
-/// CPU seconds (user and system) the processes `pids` used so far.
-fn cpu_seconds(pids: &[u32]) -> f64 {
-    pids.iter()
-        .filter_map(|pid| palisade_testkit::processes::cpu_seconds(*pid))
-        .sum()
-}
-
 /// The host's (steal, total) CPU ticks so far, from /proc/stat.
 fn host_times() -> (u64, u64) {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+    let Some(ticks) = palisade_bench::machine_cpu_ticks() else {
         return (0, 0);
     };
-    let Some(cpu) = stat.lines().find(|line| line.starts_with("cpu ")) else {
-        return (0, 0);
-    };
-    let ticks: Vec<u64> = cpu
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|field| field.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal [guest guest_nice,
-    // already counted in user and nice].
+    // The first eight fields; guest time is already counted in user and nice.
     let total = ticks.iter().take(8).sum();
     (ticks.get(7).copied().unwrap_or(0), total)
 }
