@@ -211,7 +211,12 @@ where C: RaftTypeConfig
             if let CoreState::Done(core_task_res) = &*state {
                 core_task_res.clone()
             } else {
-                unreachable!("RaftCore should have already quit")
+                // PALISADE PATCH (3): the task that was joining RaftCore was dropped
+                // before it recorded the result (a shutdown cancelled it),
+                // which ends this wait too; RaftCore is stopping all the
+                // same. Upstream panicked here ("unreachable"), which turned a
+                // clean fail-stop into an abort.
+                Err(Fatal::Stopped)
             }
         };
 
