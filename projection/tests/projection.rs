@@ -333,6 +333,53 @@ async fn random_workload_projection_equals_state_row_for_row() -> Result<()> {
     Ok(())
 }
 
+/// The projector's updates of sandbox and execution rows are HOT
+/// (heap-only: the new version on the old one's page, no index entry):
+/// every lifecycle command rewrites its sandbox's row, and an update that
+/// changes an indexed column leaves a dead version that only a vacuum
+/// reclaims, so under load the table bloated between autovacuum's visits
+/// and the batches slowed down scanning it (migration 0005).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_updates_of_sandbox_rows_are_heap_only() -> Result<()> {
+    let mut harness = Harness::new(seed()).await?;
+    let (projector, projection) = harness.projector(1)?;
+    let (task, _active) = run(projector);
+    harness.drive_steadily(1_200).await;
+    assert_rows_equal(&projection, &harness.replica).await?;
+    // A backend reports its table statistics when it goes idle (at most
+    // once a second) or exits: stop the projector, whose connections then
+    // close, and read the statistics until they show its updates.
+    task.abort();
+    let _ = task.await;
+    let admin = sqlx::PgPool::connect(harness.postgres.url()).await?;
+    let mut counts = Vec::new();
+    for _ in 0..100 {
+        counts = sqlx::query_as::<_, (String, i64, i64)>(
+            "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+              WHERE relname IN ('sandboxes', 'executions') ORDER BY relname",
+        )
+        .fetch_all(&admin)
+        .await?;
+        if counts.len() == 2 && counts.iter().all(|(_, updated, _)| *updated >= 100) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("updates (table, all, heap-only): {counts:?}");
+    ensure!(
+        counts.len() == 2 && counts.iter().all(|(_, updated, _)| *updated >= 100),
+        "the statistics should show the projector's updates: {counts:?}"
+    );
+    for (table, updated, heap_only) in &counts {
+        // Not every one: an update finding its page full goes elsewhere.
+        ensure!(
+            *heap_only * 10 >= *updated * 9,
+            "{table}: {heap_only} of {updated} updates were heap-only"
+        );
+    }
+    Ok(())
+}
+
 /// Readers that hold every connection the projection reads through (slow
 /// list queries, many read-your-writes waits) do not stop the projector:
 /// it writes through a pool of its own.
