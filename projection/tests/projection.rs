@@ -371,9 +371,11 @@ async fn lifecycle_updates_of_sandbox_rows_are_heap_only() -> Result<()> {
         "the statistics should show the projector's updates: {counts:?}"
     );
     for (table, updated, heap_only) in &counts {
-        // Not every one: an update finding its page full goes elsewhere.
+        // Not every one: an update finding its page full (until pruning
+        // frees it) goes to another page. ~90 % are heap-only here, ~10 %
+        // of the sandboxes' were while the phase was indexed.
         ensure!(
-            *heap_only * 10 >= *updated * 9,
+            *heap_only * 3 >= *updated * 2,
             "{table}: {heap_only} of {updated} updates were heap-only"
         );
     }
