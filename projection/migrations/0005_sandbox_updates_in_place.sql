@@ -4,12 +4,13 @@
 -- update could be HOT (heap-only), so each left a dead row version in the
 -- table and a new entry in every one of its four indexes until autovacuum
 -- came by (at most once a minute). Under a steady 2,500 requests/s the
--- table of ~120 live sandboxes grew to ~370 pages between vacuums, and the
--- batch function's statements on it (the upsert, the delete of removed
--- sandboxes, a sequential scan in its cached plan) spent most of their
--- time checking the visibility of dead versions: ~1.2 of the batch's
--- ~2.1 ms (pg_stat_statements with track = all, palisade-bench-projection
--- at 5,000 entries/s).
+-- table of ~120 live sandboxes grew to hundreds of pages between vacuums,
+-- and PostgreSQL's profile was topped by visibility checks of dead
+-- versions (HeapTupleSatisfiesVisibility, heap_page_prune_opt). With this
+-- migration ~90 % of the updates are heap-only (~10 % before) and the
+-- upsert of a batch's sandboxes takes 0.23 instead of 0.35 ms
+-- (pg_stat_statements with track = all, palisade-bench-projection at
+-- 5,000 entries/s; the whole batch function ~1.0 against ~1.1 ms).
 --
 -- Without the index no column an update changes is indexed (labels,
 -- workspace and name are written unchanged), so updates are HOT and
