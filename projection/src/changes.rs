@@ -541,6 +541,17 @@ pub(crate) struct WritePlan {
 }
 
 impl WritePlan {
+    /// Rows this plan deletes that no upsert of it writes back, as far as
+    /// the plan knows them: a removed sandbox counts once (its execution,
+    /// sessions and policy go with it), a cleared set of sessions once.
+    pub fn rows_removed(&self) -> u64 {
+        (self.sandboxes_removed.len()
+            + self.sessions_cleared.len()
+            + self.sessions_removed.len()
+            + self.policies_removed.len()
+            + self.workspaces_removed.len()) as u64
+    }
+
     /// The final rows of everything `changes` marked, read from `state`
     /// (the shadow after the whole batch).
     pub fn of_changes(state: &State, changes: BatchChanges) -> Self {

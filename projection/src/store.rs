@@ -152,6 +152,17 @@ pub(crate) async fn vacuum_shadow(pool: &PgPool) -> Result<(), ProjectionError> 
     Ok(())
 }
 
+/// Vacuums the tables whose rows the projection deletes (see
+/// `projector::vacuum_due`). Outside any transaction, as VACUUM must;
+/// `SKIP_LOCKED` passes over a table autovacuum is vacuuming rather than
+/// wait for it.
+pub(crate) async fn vacuum_removals(pool: &PgPool) -> Result<(), ProjectionError> {
+    sqlx::query("VACUUM (SKIP_LOCKED) sandboxes, executions, ssh_sessions, policies")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// Deletes the `lifecycle_events` rows of entries in (`after`, `through`]
 /// (from the first row when `after` is `None`); returns how many. The
 /// range is on the primary key: the cost is the rows deleted. Only here

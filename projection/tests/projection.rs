@@ -382,6 +382,37 @@ async fn lifecycle_updates_of_sandbox_rows_are_heap_only() -> Result<()> {
     Ok(())
 }
 
+/// The projector vacuums the tables it deletes rows from once enough
+/// rows were deleted, instead of leaving their dead rows and index entries
+/// to autovacuum's next visit (at most once a minute): sandboxes are
+/// created and deleted all the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_projector_vacuums_the_tables_it_deletes_from() -> Result<()> {
+    let mut harness = Harness::new(seed()).await?;
+    let config = ProjectionConfig {
+        vacuum_removed_rows_min: 5,
+        ..harness.config(1)
+    };
+    let (projector, projection) = Projector::new(config, harness.replica.clone())?;
+    let (task, _active) = run(projector);
+    harness.drive_steadily(1_200).await;
+    assert_rows_equal(&projection, &harness.replica).await?;
+    task.abort();
+    let vacuums: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT relname::text, vacuum_count FROM pg_stat_user_tables
+          WHERE relname IN ('sandboxes', 'executions', 'ssh_sessions', 'policies')
+          ORDER BY relname",
+    )
+    .fetch_all(projection.pool())
+    .await?;
+    println!("vacuums by the projector: {vacuums:?}");
+    ensure!(
+        vacuums.len() == 4 && vacuums.iter().all(|(_, count)| *count > 0),
+        "each table should have been vacuumed (not by autovacuum): {vacuums:?}"
+    );
+    Ok(())
+}
+
 /// Readers that hold every connection the projection reads through (slow
 /// list queries, many read-your-writes waits) do not stop the projector:
 /// it writes through a pool of its own.
