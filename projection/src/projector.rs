@@ -169,9 +169,10 @@ pub const STANDBY_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// that another projector wrote, before it retries.
 pub const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 /// Connections the projector's own pool opens at most: its batch and
-/// resync transactions and checkpoint reads, one at a time (the second is
-/// slack for a connection being replaced).
-pub const PROJECTOR_CONNECTIONS_MAX: u32 = 2;
+/// resync transactions and checkpoint reads, one at a time, a vacuum
+/// running beside them (see [`Projector::vacuum_if_due`]), and one of
+/// slack for a connection being replaced.
+pub const PROJECTOR_CONNECTIONS_MAX: u32 = 3;
 /// Connections the readers' pool opens at most: `ListSandboxes` served from
 /// the projection, read-your-writes waits, status reads. A pool of its own,
 /// so slow or many readers wait for each other, never for the projector
@@ -328,6 +329,8 @@ pub struct Projector<S: ReplicaSource> {
     events_pruned_through: Option<u64>,
     /// Rows deleted since the projector last vacuumed (see [`vacuum_due`]).
     removed_since_vacuum: u64,
+    /// The vacuum started last, if any (see [`Projector::vacuum_if_due`]).
+    vacuum: Option<tokio::task::JoinHandle<()>>,
     migrated: bool,
     rng: StdRng,
     last_status_log: Instant,
@@ -376,29 +379,38 @@ impl<S: ReplicaSource> Projector<S> {
         }
     }
 
-    /// Vacuums the tables the projection deletes rows from when
-    /// [`vacuum_due`]; a failure is logged and left to autovacuum.
-    async fn vacuum_if_due(&mut self, live_sandboxes: u64) {
+    /// Starts a vacuum of the tables the projection deletes rows from when
+    /// [`vacuum_due`] and none is running; a failure is logged and left to
+    /// autovacuum.
+    ///
+    /// In a task of its own, on the projector's second connection: a vacuum
+    /// takes as long as the tables' changed pages and indexes (seconds for
+    /// a million sandboxes), and the batches go on meanwhile.
+    fn vacuum_if_due(&mut self, live_sandboxes: u64) {
         if !vacuum_due(
             self.removed_since_vacuum,
             live_sandboxes,
             self.config.vacuum_removed_rows_min,
-        ) {
+        ) || self.vacuum.as_ref().is_some_and(|task| !task.is_finished())
+        {
             return;
         }
         let removed = std::mem::take(&mut self.removed_since_vacuum);
-        let started = Instant::now();
-        match bounded(store::vacuum_removals(&self.pool)).await {
-            Ok(()) => debug!(
-                node = self.config.node_id,
-                removed,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "vacuumed the tables rows were deleted from"
-            ),
-            Err(error) => {
-                warn!(node = self.config.node_id, %error, "vacuuming the projection's tables failed; autovacuum will");
+        let (pool, node) = (self.pool.clone(), self.config.node_id);
+        self.vacuum = Some(tokio::spawn(async move {
+            let started = Instant::now();
+            match bounded(store::vacuum_removals(&pool)).await {
+                Ok(()) => debug!(
+                    node,
+                    removed,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "vacuumed the tables rows were deleted from"
+                ),
+                Err(error) => {
+                    warn!(node, %error, "vacuuming the projection's tables failed; autovacuum will");
+                }
             }
-        }
+        }));
     }
 
     /// A projector for `source` writing to `config.database_url` (connected
@@ -456,6 +468,7 @@ impl<S: ReplicaSource> Projector<S> {
             shadow_stored_at: None,
             events_pruned_through: None,
             removed_since_vacuum: 0,
+            vacuum: None,
             shadow_stored_clock_ms: 0,
             shadow_stored_bytes: 0,
             migrated: false,
@@ -768,8 +781,7 @@ impl<S: ReplicaSource> Projector<S> {
         }
         self.prune_events(to.index).await;
         self.removed_since_vacuum += plan.rows_removed();
-        self.vacuum_if_due(shadow.state.sandboxes.len() as u64)
-            .await;
+        self.vacuum_if_due(shadow.state.sandboxes.len() as u64);
         self.shadow = Some(shadow);
         self.lag.forget_through(to.index);
         self.status.send_modify(|status| {

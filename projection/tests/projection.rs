@@ -390,7 +390,7 @@ async fn lifecycle_updates_of_sandbox_rows_are_heap_only() -> Result<()> {
 async fn the_projector_vacuums_the_tables_it_deletes_from() -> Result<()> {
     let mut harness = Harness::new(seed()).await?;
     let config = ProjectionConfig {
-        vacuum_removed_rows_min: 5,
+        vacuum_removed_rows_min: 1,
         ..harness.config(1)
     };
     let (projector, projection) = Projector::new(config, harness.replica.clone())?;
