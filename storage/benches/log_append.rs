@@ -17,10 +17,19 @@
 //!    store's own commit counter ([`LogTimings`]) gives the commits, so the
 //!    mean batch (entries per commit) is measured, not assumed.
 //!
+//! 3. **The ceiling at the batch's size**: after each log run, the in-place
+//!    ceiling again, each write as large as that run's mean commit (mean
+//!    batch x `--entry-bytes`, a little less than the log writes: its
+//!    frames add a length, a checksum and the log id).
+//!
 //! The figure of merit is `entries/s / (ceiling fsyncs/s x mean batch)`:
 //! 1.0 means each commit costs the log no more than one bare fdatasync of
-//! its entries. (Issue 18's target: >= 0.8.) Both ceilings are shown; the
-//! last column, against the faster one, is the one the target is judged by.
+//! its entries. (Issue 18's target: >= 0.8.) An `fdatasync` of 70 KB takes
+//! this disk longer than one of 512 bytes, so "a bare fdatasync of its
+//! entries" is the ceiling measured at the batch's size: the last column,
+//! the one the target is judged by. The ratios to the two ceilings of
+//! `--entry-bytes` writes are shown too (at one in flight, all three are
+//! the same measure).
 //!
 //! ```text
 //! cargo bench -p palisade-storage --bench log_append                # defaults
@@ -62,6 +71,13 @@ openraft::declare_raft_types!(
 );
 
 type Entry = <BenchConfig as openraft::RaftTypeConfig>::Entry;
+
+/// The allocator `palisade` runs with (`cli/src/main.rs`): the writer
+/// thread frees the records the caller's thread allocated, and glibc's
+/// malloc takes the allocating arena's lock for each such free (its
+/// futex wakes were a third of the writer's CPU at 256 in flight).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Largest value accepted for `--in-flight` (openraft's own pipeline is
 /// bounded far below this).
@@ -161,9 +177,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     println!();
     println!(
-        "| in flight | entries/s | commits/s | mean batch (entries/commit) | append p50 / p99 ms | ratio to appending ceiling x batch | ratio to in-place ceiling x batch |"
+        "| in flight | entries/s | commits/s | mean batch (entries/commit) | append p50 / p99 ms | ratio to appending ceiling x batch | ratio to in-place ceiling x batch | in-place ceiling at the batch's bytes, writes/s | ratio to it x batch |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (run, in_flight) in args.in_flight.iter().copied().enumerate() {
         let dir = scratch.path().join(format!("log-{run}"));
         let result = runtime.block_on(log_appends(&dir, &args, in_flight, phase))?;
@@ -172,11 +188,21 @@ fn main() -> anyhow::Result<()> {
         let entries_per_second = result.entries as f64 / seconds;
         let ratio = entries_per_second / (ceiling.per_second * batch);
         let in_place_ratio = entries_per_second / (in_place.per_second * batch);
+        let batch_bytes =
+            ((batch * args.entry_bytes as f64).round() as usize).max(args.entry_bytes);
+        let at_batch_bytes = fdatasync_ceiling(
+            &scratch.path().join(format!("ceiling-batch-{run}")),
+            batch_bytes,
+            phase,
+            Ceiling::IN_PLACE,
+        )?;
+        let batch_ratio = entries_per_second / (at_batch_bytes.per_second * batch);
         println!(
-            "| {in_flight} | {entries_per_second:.0} | {:.0} | {batch:.1} | {:.2} / {:.2} | {ratio:.2} | {in_place_ratio:.2} |",
+            "| {in_flight} | {entries_per_second:.0} | {:.0} | {batch:.1} | {:.2} / {:.2} | {ratio:.2} | {in_place_ratio:.2} | {:.0} ({batch_bytes} B) | {batch_ratio:.2} |",
             result.commits as f64 / seconds,
             result.p50.as_secs_f64() * 1e3,
             result.p99.as_secs_f64() * 1e3,
+            at_batch_bytes.per_second,
         );
     }
     Ok(())
@@ -189,8 +215,11 @@ struct Ceiling {
 }
 
 /// Bytes of zeros the in-place ceiling writes over (written and synced
-/// before it is timed; its writes wrap around at the end).
+/// before it is timed; its writes wrap around at the end), at least.
 const IN_PLACE_AREA_BYTES: u64 = 64 * 1024 * 1024;
+/// Writes of the in-place ceiling that fit in its area, at least (so that
+/// a write as large as a big batch still lands on zeros written ahead).
+const IN_PLACE_AREA_WRITES_MIN: u64 = 16;
 
 impl Ceiling {
     const APPEND: bool = false;
@@ -212,9 +241,12 @@ fn fdatasync_ceiling(
         .write(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
+    let zeros = vec![0u8; 1024 * 1024];
+    let area = IN_PLACE_AREA_BYTES
+        .max(bytes as u64 * IN_PLACE_AREA_WRITES_MIN)
+        .next_multiple_of(zeros.len() as u64);
     if in_place {
-        let zeros = vec![0u8; 1024 * 1024];
-        for _ in 0..IN_PLACE_AREA_BYTES / zeros.len() as u64 {
+        for _ in 0..area / zeros.len() as u64 {
             file.write_all(&zeros)?;
         }
         file.sync_all()?;
@@ -226,7 +258,7 @@ fn fdatasync_ceiling(
     while started.elapsed() < phase {
         let write = Instant::now();
         if in_place {
-            if at + bytes as u64 > IN_PLACE_AREA_BYTES {
+            if at + bytes as u64 > area {
                 at = 0;
             }
             file.write_all_at(&block, at)?;
