@@ -56,11 +56,6 @@
 //! queues them for the writer and returns: readers see the pending entries
 //! at once, as the trait requires, and the writer calls `io_completed` after
 //! the `fdatasync` that made them durable, then drops them from the map.
-//! A group of appends with more writes queued behind it is handed, once
-//! written, to a second thread, the syncer (see the [`syncer`] module),
-//! which makes it durable and tells its appends while the writer writes
-//! the next group; every other group waits for the syncer to finish what
-//! it holds, then is made durable on the writer as described here.
 //! The other writes wait until they are durable, as openraft requires,
 //! which makes every append queued before them durable too. A failed group
 //! fails every write in it; openraft stops the replica on the first. A
@@ -132,9 +127,7 @@
 //!
 //! # Threads
 //!
-//! Disk writes run on the writer thread, the `fdatasync`s of handed-over
-//! groups on the syncer thread (and their outcomes on its teller); reads
-//! run on the runtime's
+//! Disk writes run on the writer thread; reads run on the runtime's
 //! blocking pool (`spawn_blocking`), never on an async worker thread,
 //! except reads of entries appended lately, which are answered from
 //! memory where they are asked (`recent_entries`: a copy of the log's
@@ -186,10 +179,6 @@ use crate::recent_entries::RecentEntries;
 use crate::record;
 use crate::segment_log;
 use crate::segment_log::Segments;
-
-mod syncer;
-
-use syncer::Syncer;
 
 /// Name of the database file inside the directory given to [`LogStore::open`].
 pub const LOG_FILE_NAME: &str = "log.redb";
@@ -263,9 +252,6 @@ struct Shared {
     /// The committed log id openraft saved last, and whether the writer
     /// has written it.
     committed: std::sync::Mutex<CommittedPoint>,
-    /// Writes queued for the writer and not yet taken by it: whether a
-    /// group has others behind it (see `run_batch`).
-    queued: std::sync::atomic::AtomicUsize,
 }
 
 /// The committed log id openraft gave and what of it is on disk (see "The
@@ -486,16 +472,15 @@ impl Shared {
 }
 
 /// Receives the timings of the log's writes, for metrics. Called on the
-/// writer's threads, right after each group is durable: keep it to an
-/// atomic update.
+/// writer thread, right after each group is durable: keep it to an atomic
+/// update.
 pub trait LogTimings: Send + Sync {
     /// A batch of entries was appended durably: from the `append` call to
     /// the `fdatasync` that made it durable (encode, wait in the writer's
     /// queue, write, fsync).
     fn appended(&self, elapsed: std::time::Duration);
     /// A group of writes was made durable (its `fdatasync` and commit),
-    /// whatever it wrote (entries, vote, truncation, purge); for the groups
-    /// the syncer makes durable together, once per `fdatasync`.
+    /// whatever it wrote (entries, vote, truncation, purge).
     fn committed(&self, elapsed: std::time::Duration);
 }
 
@@ -625,7 +610,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
             failed: std::sync::Mutex::new(None),
             pending: std::sync::Mutex::new(PendingEntries::default()),
             committed: std::sync::Mutex::new(CommittedPoint::new()),
-            queued: std::sync::atomic::AtomicUsize::new(0),
         });
         let writer = match mode {
             WriteMode::Inline => Writer {
@@ -701,13 +685,10 @@ impl<C: RaftTypeConfig> LogStore<C> {
         let Some(jobs) = &self.writer.jobs else {
             // WriteMode::Inline (the queue closes otherwise only when the
             // store is dropped).
-            run_batch::<C>(&self.reader.shared, vec![job], None);
+            run_batch::<C>(&self.reader.shared, vec![job]);
             return;
         };
-        let queued = &self.reader.shared.queued;
-        queued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Err(mpsc::SendError(job)) = jobs.send(job) {
-            queued.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(append) = job.append {
                 drop_pending(&self.reader.shared, append);
             }
@@ -1511,8 +1492,7 @@ fn write_group<C: RaftTypeConfig>(
     shared: &Shared,
     works: Vec<Work>,
     force_committed: bool,
-    hand_over: bool,
-) -> Result<Option<Vec<segment_log::Dirty>>, (usize, LogStoreError)> {
+) -> Result<(), (usize, LogStoreError)> {
     if let Some(cause) = shared
         .failed
         .lock()
@@ -1564,21 +1544,13 @@ fn write_group<C: RaftTypeConfig>(
         }
     }
     let mut committed_written = None;
-    if outcome.is_ok() && !hand_over {
+    if outcome.is_ok() {
         outcome = write_committed(shared, &mut txn, force_committed)
             .map(|written| committed_written = written)
             .map_err(|error| (0, error));
     }
-    let mut unsynced = None;
     if outcome.is_ok() {
-        if hand_over && txn.is_none() {
-            unsynced = Some(shared.segments_write().take_dirty());
-        } else {
-            outcome = make_durable(shared, &mut txn).map_err(|error| (0, error));
-            // (Handed over all the same, with nothing left to sync, so
-            // that it is told after the groups handed over before it.)
-            unsynced = hand_over.then(Vec::new);
-        }
+        outcome = make_durable(shared, &mut txn).map_err(|error| (0, error));
     }
     if let Err((_, error)) = &outcome {
         if let Some(txn) = txn.take()
@@ -1602,7 +1574,7 @@ fn write_group<C: RaftTypeConfig>(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
         }
-        return outcome.map(|()| None);
+        return outcome;
     }
     if let Some(version) = committed_written {
         let mut point = shared.committed_point();
@@ -1615,7 +1587,7 @@ fn write_group<C: RaftTypeConfig>(
             .remove_purged(purged)
             .map_err(|error| (0, error))?;
     }
-    Ok(unsynced)
+    Ok(())
 }
 
 /// The group's works with each run of consecutive appends merged into one
@@ -1637,18 +1609,8 @@ fn merge_appends(works: Vec<Work>) -> Vec<(usize, Work)> {
 }
 
 /// The writer thread (see the module doc): makes the queued jobs durable
-/// in groups until the store's queue closes, handing the groups of
-/// appends to the syncer (see [`syncer`]).
-fn write_loop<C: RaftTypeConfig>(shared: &Arc<Shared>, queued: &mpsc::Receiver<WriteJob>) {
-    let mut syncer = match Syncer::start(Arc::clone(shared)) {
-        Ok(syncer) => Some(syncer),
-        Err(error) => {
-            // Not fatal: the writer syncs every group itself, as it did
-            // before the syncer.
-            tracing::warn!(%error, "cannot start the Raft log's syncer thread; the writer syncs");
-            None
-        }
-    };
+/// in groups until the store's queue closes.
+fn write_loop<C: RaftTypeConfig>(shared: &Shared, queued: &mpsc::Receiver<WriteJob>) {
     loop {
         let received = match shared.committed_due_in() {
             None => queued
@@ -1660,7 +1622,7 @@ fn write_loop<C: RaftTypeConfig>(shared: &Arc<Shared>, queued: &mpsc::Receiver<W
             Ok(job) => job,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 // Nothing else to write: the committed log id alone.
-                write_committed_alone::<C>(shared, false, syncer.as_ref());
+                write_committed_alone::<C>(shared, false);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -1676,130 +1638,37 @@ fn write_loop<C: RaftTypeConfig>(shared: &Arc<Shared>, queued: &mpsc::Receiver<W
                 Err(_) => break,
             }
         }
-        shared
-            .queued
-            .fetch_sub(jobs.len(), std::sync::atomic::Ordering::Relaxed);
-        run_batch::<C>(shared, jobs, syncer.as_mut());
+        run_batch::<C>(shared, jobs);
     }
-    // The store was dropped: what was handed over is made durable first,
-    // then a clean shutdown keeps the last committed log id it was given.
-    if let Some(syncer) = syncer.take() {
-        syncer.drain();
-    }
-    write_committed_alone::<C>(shared, true, None);
+    // The store was dropped: a clean shutdown keeps the last committed log
+    // id it was given.
+    write_committed_alone::<C>(shared, true);
 }
 
 /// Makes the committed log id durable in a group of its own, if it is due
-/// (`force`: if it is not on disk), once what `syncer` holds is durable
-/// (the record is never durable ahead of its entry).
-fn write_committed_alone<C: RaftTypeConfig>(shared: &Shared, force: bool, syncer: Option<&Syncer>) {
+/// (`force`: if it is not on disk).
+fn write_committed_alone<C: RaftTypeConfig>(shared: &Shared, force: bool) {
     if shared.committed_due_in().is_none() {
         return;
     }
-    if let Some(syncer) = syncer {
-        syncer.drain();
-    }
-    if let Err((_, error)) = write_group::<C>(shared, Vec::new(), force, false) {
+    if let Err((_, error)) = write_group::<C>(shared, Vec::new(), force) {
         tracing::error!(%error, "writing the committed log id failed");
     }
 }
 
-/// Whether the group of `works` may be handed to the syncer: appends only,
-/// that need no record of the database written before or with them (see
-/// the syncer's module doc). A purge point not yet durable may have an
-/// append write it first; a committed log id due is written with the next
-/// group the writer syncs itself, which is this one.
-fn can_hand_over(shared: &Shared, works: &[Work]) -> bool {
-    works.iter().all(|work| matches!(work, Work::Append(_)))
-        && {
-            let point = shared.purge_point();
-            point.target.as_ref().map(|(index, _)| *index) == point.durable
-        }
-        && shared
-            .committed_due_in()
-            .is_none_or(|due_in| !due_in.is_zero())
-}
-
-/// A write waiting for its outcome: what `run_batch` keeps of a job once
-/// its work is taken.
-struct Completion {
-    operation: &'static str,
-    done: Box<dyn FnOnce(Result<(), LogStoreError>) + Send>,
-    append: Option<PendingAppend>,
-}
-
-/// Makes `jobs` durable together and tells each its outcome: on this
-/// thread, or, for a group of appends, on the syncer's once it synced
-/// them (see [`syncer`]).
-fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>, syncer: Option<&mut Syncer>) {
+/// Makes `jobs` durable together and tells each its outcome.
+fn run_batch<C: RaftTypeConfig>(shared: &Shared, jobs: Vec<WriteJob>) {
     let started = std::time::Instant::now();
     let (works, jobs): (Vec<_>, Vec<_>) = jobs
         .into_iter()
-        .map(|job| {
-            let completion = Completion {
-                operation: job.operation,
-                done: job.done,
-                append: job.append,
-            };
-            (job.work, completion)
-        })
+        .map(|job| (job.work, (job.operation, job.done, job.append)))
         .unzip();
-    let syncer = syncer.filter(|syncer| syncer.is_running());
-    // A group with nothing behind it is synced here: handing it over would
-    // only add a thread's wake-up to its latency (~45 us a write with one
-    // append in flight). Once the syncer holds a group, the next ones
-    // follow it (they are told in order).
-    let hand_over = syncer.as_ref().is_some_and(|syncer| {
-        (shared.queued.load(std::sync::atomic::Ordering::Relaxed) > 0 || !syncer.is_idle())
-            && can_hand_over(shared, &works)
-    });
-    if !hand_over && let Some(syncer) = &syncer {
-        syncer.drain();
+    let mut failure = write_group::<C>(shared, works, false).err();
+    if failure.is_none()
+        && let Some(timings) = shared.timings.get()
+    {
+        timings.committed(started.elapsed());
     }
-    match write_group::<C>(shared, works, false, hand_over) {
-        Ok(None) => {
-            if let Some(timings) = shared.timings.get() {
-                timings.committed(started.elapsed());
-            }
-            complete(shared, jobs, None);
-        }
-        Ok(Some(dirty)) => {
-            let written = syncer::Written {
-                dirty,
-                jobs,
-                started,
-            };
-            let handed = match syncer {
-                Some(syncer) => syncer.hand_over(written),
-                None => Err(written),
-            };
-            if let Err(written) = handed {
-                let problem = "is gone (its syncer thread panicked)";
-                shared
-                    .failed
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .get_or_insert_with(|| format!("the log's writer thread {problem}"));
-                let error = LogStoreError::WriterStopped {
-                    problem: problem.into(),
-                };
-                complete(shared, written.jobs, Some((0, error)));
-            }
-        }
-        Err(failure) => {
-            // Told after the groups handed over before it.
-            if let Some(syncer) = &syncer {
-                syncer.drain();
-            }
-            complete(shared, jobs, Some(failure));
-        }
-    }
-}
-
-/// Tells each of `jobs` its outcome: `failure` names the position of the
-/// job that failed and its error; every other job of a failed group fails
-/// with its cause.
-fn complete(shared: &Shared, jobs: Vec<Completion>, mut failure: Option<(usize, LogStoreError)>) {
     let cause = failure.as_ref().map(|(_, error)| error.to_string());
     // After a failure of the disk the entries stay readable from memory:
     // openraft holds them as appended until it stopped, and may still
@@ -1809,8 +1678,8 @@ fn complete(shared: &Shared, jobs: Vec<Completion>, mut failure: Option<(usize, 
     let keep_pending = failure
         .as_ref()
         .is_some_and(|(_, error)| !is_refusal(error));
-    for (position, job) in jobs.into_iter().enumerate() {
-        if let Some(append) = job.append
+    for (position, (operation, done, append)) in jobs.into_iter().enumerate() {
+        if let Some(append) = append
             && !keep_pending
         {
             drop_pending(shared, append);
@@ -1818,12 +1687,12 @@ fn complete(shared: &Shared, jobs: Vec<Completion>, mut failure: Option<(usize, 
         let outcome = match (failure.take_if(|(at, _)| *at == position), &cause) {
             (Some((_, error)), _) => Err(error),
             (None, Some(cause)) => Err(LogStoreError::FailedWithBatch {
-                operation: job.operation,
+                operation,
                 cause: cause.clone(),
             }),
             (None, None) => Ok(()),
         };
-        (job.done)(outcome);
+        done(outcome);
     }
 }
 
@@ -2627,68 +2496,6 @@ mod tests {
         // (the writer may have taken the first alone), not ten.
         let commits = commits.0.load(std::sync::atomic::Ordering::SeqCst);
         assert!((2..=3).contains(&commits), "{commits} commits");
-        assert!(store.reader.shared.pending().entries.is_empty());
-    }
-
-    /// With appends queued behind a group, the writer hands the group to
-    /// the syncer and writes the next one while the disk syncs the first
-    /// (see the `syncer` module); the outcomes still come only once each
-    /// group is durable, and a record queued behind them waits for them.
-    #[tokio::test]
-    async fn the_writer_writes_the_next_group_while_the_syncer_syncs_the_last() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = store_with_entries(dir.path(), 0..1).await;
-        let release = hold_the_writer(&store);
-        // One full group, and one append behind it.
-        let last = WRITES_PER_COMMIT_MAX as u64 + 1;
-        let mut flushed = Vec::new();
-        for index in 1..=last {
-            let (callback, receiver) = callback();
-            store.append([blank(1, index)], callback).await.unwrap();
-            flushed.push(receiver);
-        }
-        let syncs = segment_log::sync_gate::hold(dir.path());
-        drop(release);
-
-        let written = |index: u64| {
-            segment_log::raw_records_for_tests(dir.path())
-                .iter()
-                .map(|(_, first, records)| first + records.len() as u64)
-                .max()
-                .is_some_and(|end| end > index)
-        };
-        assert!(
-            eventually(std::time::Duration::from_secs(5), || written(last)).await,
-            "the writer did not write the append behind a group whose sync was held"
-        );
-        for receiver in &mut flushed {
-            assert!(
-                matches!(
-                    receiver.try_recv(),
-                    Err(tokio::sync::oneshot::error::TryRecvError::Empty)
-                ),
-                "an append reported flushed before its sync"
-            );
-        }
-        // A record queued behind them (a vote) waits until they are durable.
-        let vote = openraft::Vote::new(2, 1);
-        assert!(
-            tokio::time::timeout(
-                std::time::Duration::from_millis(200),
-                store.save_vote(&vote)
-            )
-            .await
-            .is_err(),
-            "a vote became durable before the appends queued ahead of it"
-        );
-
-        drop(syncs);
-        for receiver in flushed {
-            receiver.await.unwrap().unwrap();
-        }
-        store.save_vote(&vote).await.unwrap();
-        assert_eq!(store.reader.vote().unwrap(), Some(vote));
-        assert_eq!(store.verify().unwrap(), last + 1);
         assert!(store.reader.shared.pending().entries.is_empty());
     }
 

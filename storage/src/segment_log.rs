@@ -181,16 +181,9 @@ pub(crate) struct Dirty {
 impl Dirty {
     /// `fdatasync`s the segment.
     pub(crate) fn sync(&self) -> Result<(), LogStoreError> {
-        #[cfg(test)]
-        sync_gate::pass(&self.path);
         self.file
             .sync_data()
             .map_err(segment_io(&self.path, "sync"))
-    }
-
-    /// Whether `other` is a handle on the same segment file.
-    pub(crate) fn is_same_file(&self, other: &Dirty) -> bool {
-        Arc::ptr_eq(&self.file, &other.file)
     }
 }
 
@@ -784,47 +777,6 @@ pub(crate) fn raw_records_for_tests(log_dir: &Path) -> Vec<(PathBuf, u64, Vec<Ve
             (path, first, records)
         })
         .collect()
-}
-
-/// TEST-ONLY: holds the `fdatasync`s of the segments of one log while a
-/// test looks at what the writer does meanwhile.
-#[cfg(test)]
-pub(crate) mod sync_gate {
-    use std::path::{Path, PathBuf};
-    use std::sync::{Condvar, Mutex, PoisonError};
-
-    /// The log directories whose segments' syncs wait.
-    static HELD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-    static RELEASED: Condvar = Condvar::new();
-
-    /// Holds the syncs of the segments under `log_dir` until the guard
-    /// is dropped.
-    pub(crate) fn hold(log_dir: &Path) -> Held {
-        let dir = log_dir.to_path_buf();
-        HELD.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(dir.clone());
-        Held(dir)
-    }
-
-    pub(crate) struct Held(PathBuf);
-
-    impl Drop for Held {
-        fn drop(&mut self) {
-            HELD.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|dir| *dir != self.0);
-            RELEASED.notify_all();
-        }
-    }
-
-    /// Waits while the log of `segment` is held.
-    pub(super) fn pass(segment: &Path) {
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        while held.iter().any(|dir| segment.starts_with(dir)) {
-            held = RELEASED.wait(held).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
 }
 
 /// TEST-ONLY: rewrites the segment of the log in `log_dir` that holds
