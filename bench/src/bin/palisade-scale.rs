@@ -284,7 +284,7 @@ async fn one_size(
     std::fs::remove_file(&backup).ok();
     let started = Instant::now();
     cluster.start_all()?;
-    let leader = wait_settled(&metrics).await?;
+    let leader = wait_settled(&mut cluster, &metrics).await?;
     let cluster_start = started.elapsed();
     let rss_bytes: Vec<u64> = cluster
         .replicas
@@ -536,9 +536,13 @@ fn restore(
 /// load) for a leader, and for every replica of `metrics` (node id ->
 /// metrics address) to apply what the leader had committed then; answers
 /// the leader.
-async fn wait_settled(metrics: &BTreeMap<u64, String>) -> anyhow::Result<u64> {
+async fn wait_settled(
+    cluster: &mut LocalCluster,
+    metrics: &BTreeMap<u64, String>,
+) -> anyhow::Result<u64> {
     let deadline = Instant::now() + SLOW_STEP_TIMEOUT;
     let (leader, target) = loop {
+        still_running(cluster)?;
         let mut found = None;
         for (node_id, address) in metrics {
             if let Some(samples) = scrape(address).await
@@ -556,14 +560,35 @@ async fn wait_settled(metrics: &BTreeMap<u64, String>) -> anyhow::Result<u64> {
         tokio::time::sleep(POLL_INTERVAL).await;
     };
     for address in metrics.values() {
-        wait_applied(address, target, deadline).await?;
+        wait_applied(cluster, address, target, deadline).await?;
     }
     Ok(leader)
 }
 
+/// Fails if a replica of `cluster` exited: waiting for it would only run
+/// into the step's timeout.
+fn still_running(cluster: &mut LocalCluster) -> anyhow::Result<()> {
+    match cluster.exited() {
+        Some((node_id, status)) => bail!(
+            "replica {node_id} exited ({status}); its log is {}",
+            cluster
+                .root()
+                .join(format!("node-{node_id}/gateway.log"))
+                .display()
+        ),
+        None => Ok(()),
+    }
+}
+
 /// Waits until the replica serving metrics at `address` applied `target`.
-async fn wait_applied(address: &str, target: u64, deadline: Instant) -> anyhow::Result<()> {
+async fn wait_applied(
+    cluster: &mut LocalCluster,
+    address: &str,
+    target: u64,
+    deadline: Instant,
+) -> anyhow::Result<()> {
     loop {
+        still_running(cluster)?;
         if let Some(samples) = scrape(address).await
             && metric(&samples, "palisade_raft_applied_index") >= target
         {
@@ -733,7 +758,7 @@ async fn learner_catch_up(
     metrics: &BTreeMap<u64, String>,
     gateway_args: &[String],
 ) -> anyhow::Result<Duration> {
-    let leader = wait_settled(metrics).await?;
+    let leader = wait_settled(cluster, metrics).await?;
     let leader_uri = cluster.replica(leader).uri();
     let learner_id = REPLICAS + 1;
     let learner_metrics = format!("127.0.0.1:{}", palisade_testkit::ports::free_port()?);
@@ -765,7 +790,13 @@ async fn learner_catch_up(
             })
             .await
     });
-    wait_applied(&learner_metrics, target, started + SLOW_STEP_TIMEOUT).await?;
+    wait_applied(
+        cluster,
+        &learner_metrics,
+        target,
+        started + SLOW_STEP_TIMEOUT,
+    )
+    .await?;
     let took = started.elapsed();
     // The call may end (its deadline) before the catch-up does; only a
     // refusal is an error.
