@@ -16,7 +16,6 @@
 //!    waits for its own fsync; more lets the writer group-commit). The
 //!    store's own commit counter ([`LogTimings`]) gives the commits, so the
 //!    mean batch (entries per commit) is measured, not assumed.
-//!
 //! 3. **The ceiling at the batch's size**: after each log run, the in-place
 //!    ceiling again, each write as large as that run's mean commit (mean
 //!    batch x `--entry-bytes`, a little less than the log writes: its
