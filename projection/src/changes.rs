@@ -543,7 +543,9 @@ pub(crate) struct WritePlan {
 impl WritePlan {
     /// Rows this plan deletes that no upsert of it writes back, as far as
     /// the plan knows them: a removed sandbox counts once (its execution,
-    /// sessions and policy go with it), a cleared set of sessions once.
+    /// sessions and policy go with it), a cleared set of sessions once, a
+    /// removed workspace once (it goes with its last sandbox; its own small
+    /// table is left to autovacuum).
     pub fn rows_removed(&self) -> u64 {
         (self.sandboxes_removed.len()
             + self.sessions_cleared.len()

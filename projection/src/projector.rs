@@ -129,8 +129,8 @@ pub const EVENTS_KEPT_ENTRIES_DEFAULT: u64 = 1_000_000;
 /// deletes the rows that fell out of the kept window since the last).
 pub const EVENTS_PRUNE_INTERVAL_ENTRIES: u64 = 1_000;
 /// Rows the projection deletes (sandboxes with what they own, sessions,
-/// policies) between two vacuums of those tables by the projector, at
-/// least (see [`vacuum_due`]).
+/// policies, workspaces; see `WritePlan::rows_removed`) between two
+/// vacuums by the projector, at least (see [`vacuum_due`]).
 pub const VACUUM_REMOVED_ROWS_MIN: u64 = 1_000;
 /// ... and at least this fraction of the live sandboxes (1 / this).
 pub const VACUUM_LIVE_SANDBOXES_DIVISOR: u64 = 5;
@@ -383,7 +383,7 @@ impl<S: ReplicaSource> Projector<S> {
     /// [`vacuum_due`] and none is running; a failure is logged and left to
     /// autovacuum.
     ///
-    /// In a task of its own, on the projector's second connection: a vacuum
+    /// In a task of its own, on a connection of the projector's pool: a vacuum
     /// takes as long as the tables' changed pages and indexes (seconds for
     /// a million sandboxes), and the batches go on meanwhile.
     fn vacuum_if_due(&mut self, live_sandboxes: u64) {
