@@ -207,7 +207,9 @@
 //! - `procfs`: what `/proc` says about a process (identity, liveness, groups).
 //! - [`shim`]: the code that runs inside `palisade shim ...`, never inside a
 //!   gateway: a different process with different rules (no runtime, single-threaded
-//!   until it forks the command, runs before `main` parses arguments).
+//!   until it starts the command, runs before `main` parses arguments).
+//! - `raw_syscall`: system calls without libc, for the command's first process
+//!   while it shares the shim's memory.
 
 use std::time::Duration;
 
@@ -217,6 +219,7 @@ pub mod fencing;
 mod launch_server;
 pub mod logs;
 mod procfs;
+mod raw_syscall;
 pub mod records;
 pub mod run_as;
 pub mod shim;
@@ -432,7 +435,7 @@ mod tests {
     fn a_command_held_at_the_barrier_never_runs_if_the_barrier_closes() {
         let work = tempfile::tempdir().expect("temporary directory");
         let mut child =
-            spawn_behind_barrier(&sh("touch ran", work.path())).expect("spawned behind barrier");
+            spawn_behind_barrier(sh("touch ran", work.path())).expect("spawned behind barrier");
         std::thread::sleep(Duration::from_millis(100));
         assert!(!work.path().join("ran").exists(), "ran before the release");
         // What a shim's death does: the barrier's write end closes unwritten.
@@ -444,10 +447,10 @@ mod tests {
     }
 
     #[test]
-    fn the_idle_command_is_a_fork_that_holds_nothing_of_the_shim_and_ends_on_sigterm() {
+    fn the_idle_command_holds_no_descriptor_of_the_shim_and_ends_on_sigterm() {
         let work = tempfile::tempdir().expect("temporary directory");
         let prepared = PreparedExec::idle(work.path(), None).expect("prepared");
-        let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");
+        let mut child = spawn_behind_barrier(prepared).expect("spawned behind barrier");
         assert!(
             child.stdout.is_none() && child.stderr.is_none(),
             "nothing to pump"
@@ -518,10 +521,52 @@ mod tests {
         assert_eq!(libc::WTERMSIG(status), libc::SIGTERM);
     }
 
+    /// Whether two processes share one address space (`kcmp(KCMP_VM)`).
+    fn same_memory(first: i32, second: i32) -> bool {
+        const KCMP_VM: libc::c_long = 1;
+        // SAFETY: kcmp compares two processes' kernel objects; it takes no
+        // pointer.
+        let compared = unsafe { libc::syscall(libc::SYS_kcmp, first, second, KCMP_VM, 0, 0) };
+        assert!(compared >= 0, "kcmp: {}", std::io::Error::last_os_error());
+        compared == 0
+    }
+
+    #[test]
+    fn the_command_shares_the_shims_memory_until_it_execs_instead_of_copying_it() {
+        let work = tempfile::tempdir().expect("temporary directory");
+        let me = std::process::id() as i32;
+        // The idle command never execs: it shares the shim's memory for good.
+        let prepared = PreparedExec::idle(work.path(), None).expect("prepared");
+        let mut idle = spawn_behind_barrier(prepared).expect("spawned behind barrier");
+        assert!(same_memory(me, idle.pid), "a copy of the shim's memory");
+        assert_eq!(idle.release(), None);
+        assert!(same_memory(me, idle.pid));
+        // SAFETY: signals our own child.
+        unsafe {
+            libc::kill(idle.pid, libc::SIGTERM);
+        }
+        assert_eq!(libc::WTERMSIG(wait_status(idle.pid)), libc::SIGTERM);
+
+        // A program: shared until exec, its own memory after.
+        let mut command =
+            spawn_behind_barrier(sh("exec sleep 30", work.path())).expect("spawned behind barrier");
+        assert!(same_memory(me, command.pid), "a copy of the shim's memory");
+        assert_eq!(command.release(), None, "exec'd");
+        assert!(
+            !same_memory(me, command.pid),
+            "exec gives it memory of its own"
+        );
+        // SAFETY: signals our own child.
+        unsafe {
+            libc::kill(command.pid, libc::SIGKILL);
+        }
+        assert_eq!(libc::WTERMSIG(wait_status(command.pid)), libc::SIGKILL);
+    }
+
     #[test]
     fn a_released_command_runs_in_its_own_group_and_exec_failures_are_reported() {
         let work = tempfile::tempdir().expect("temporary directory");
-        let mut child = spawn_behind_barrier(&sh("touch ran; exit 3", work.path()))
+        let mut child = spawn_behind_barrier(sh("touch ran; exit 3", work.path()))
             .expect("spawned behind barrier");
         let group = read_proc_stat(child.pid)
             .expect("stat")
@@ -542,7 +587,7 @@ mod tests {
             None,
         )
         .expect("prepared");
-        let mut child = spawn_behind_barrier(&prepared).expect("spawned behind barrier");
+        let mut child = spawn_behind_barrier(prepared).expect("spawned behind barrier");
         let failure = child.release().expect("exec fails");
         assert_eq!(failure.errno, libc::ENOENT);
         assert_eq!(failure.stage, "exec");

@@ -1,11 +1,11 @@
 //! The shim side: code that runs inside `palisade shim ...`, never inside a
 //! gateway. No async runtime; started before `main` parses its arguments, and
-//! single-threaded until the command is forked (its two output pumps are the only
-//! threads, started after the fork).
+//! single-threaded until the command's first process is started (its two output
+//! pumps are the only threads, started after it).
 //!
 //! # The command is recorded before it runs
 //!
-//! The shim forks the command's first process itself (not through
+//! The shim starts the command's first process itself (not through
 //! `std::process::Command`, whose `spawn` returns only after `execve`), and the
 //! child waits, before `execve`, for one byte on a pipe: the barrier. The shim
 //! writes `command.json` durably and only then writes the byte. If the write fails,
@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use super::fencing::{read_identity, read_tombstone};
 use super::logs::{LOG_FILE_BYTES_MAX, RotatingLog, pump};
 use super::*;
-use super::{procfs::*, records::*};
+use super::{procfs::*, raw_syscall, records::*};
 
 // ---------------------------------------------------------------------------------
 // The shim side: runs inside `palisade shim ...`, never inside a gateway.
@@ -54,7 +54,7 @@ pub enum ShimArgs {
     },
     /// `idle`: sleep until signalled. The idle command of executions started by
     /// earlier releases, whose shims exec it; a shim of this release idles in a
-    /// fork of itself instead (see `PreparedExec::idle`).
+    /// child of its own that never execs instead (see `PreparedExec::idle`).
     Idle,
     /// `launch-server`: serve a gateway's launches, forking a launcher for
     /// each (see `launch_server`); standard input is the gateway's socket.
@@ -421,14 +421,14 @@ pub(crate) fn supervise(dir: &Path, reported: Option<Reported>) -> io::Result<()
     };
     let credentials = run_as.as_ref().map(|run_as| (run_as.uid, run_as.gid));
     let prepared = if spec.command.is_empty() {
-        // No command: the sandbox idles in a fork of this shim that never
-        // exec's (see `child_after_fork`); exec'ing a program to sleep in
+        // No command: the sandbox idles in a child of this shim that never
+        // exec's (see `idle_after_barrier`); exec'ing a program to sleep in
         // cost as much CPU as the rest of a launch.
         PreparedExec::idle(&work_dir, credentials)?
     } else {
         let argv: Vec<OsString> = spec.command.iter().map(OsString::from).collect();
         let search_path = spec.env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
-        // Resolved before anything is forked, so a command that cannot start is a
+        // Resolved before anything is started, so a command that cannot start is a
         // definite rejection with no process left behind.
         let program = match resolve_program(&argv[0], search_path, &work_dir) {
             Ok(program) => program,
@@ -442,7 +442,7 @@ pub(crate) fn supervise(dir: &Path, reported: Option<Reported>) -> io::Result<()
         );
         PreparedExec::new(&program, &argv, &environment, &work_dir, credentials)?
     };
-    let mut child = spawn_behind_barrier(&prepared)?;
+    let mut child = spawn_behind_barrier(prepared)?;
     let leader = child.pid;
     FORWARD_TO_GROUP.store(leader, Ordering::SeqCst);
 
@@ -592,8 +592,8 @@ fn is_executable_file(path: &Path) -> bool {
     metadata.is_file() && unsafe { libc::access(path.as_ptr(), libc::X_OK) } == 0
 }
 
-/// Everything `execve` needs, allocated before the fork (the child may only make
-/// async-signal-safe calls, and allocating is not one).
+/// Everything `execve` needs, allocated before the `clone` (the child may only make
+/// raw system calls, and allocating is not one).
 pub(crate) struct PreparedExec {
     /// `None`: no program; the child idles until signalled instead of exec'ing.
     program: Option<CString>,
@@ -673,7 +673,7 @@ impl PreparedExec {
     }
 }
 
-/// The command's first process, forked and waiting at the barrier.
+/// The command's first process, started and waiting at the barrier.
 pub(crate) struct BarrierChild {
     pub(crate) pid: i32,
     /// Writing one byte lets the child exec; closing it unwritten (or dying) makes
@@ -758,11 +758,39 @@ pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks the command's first process, in a process group of its own, with its
+/// Bytes of stack the command's first process runs on until it execs (it
+/// calls nothing deep: raw system calls from one function).
+const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// Starts the command's first process, in a process group of its own, with its
 /// output going to pipes this shim reads, and holds it before `execve` until
-/// [`BarrierChild::release`]. Call only while this process has one thread: after
-/// `fork` only the calling thread exists in the child.
-pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<BarrierChild> {
+/// [`BarrierChild::release`].
+///
+/// # Key decision: the child shares the shim's memory until it execs
+///
+/// A `fork` copies the shim's page tables and marks every page it wrote
+/// copy-on-write, for a process that only waits at the barrier and execs
+/// (or idles): in a 16-client create benchmark of the process driver that
+/// copy, its page-table pages and the copy-on-write faults after it were
+/// about a sixth of the machine's CPU (`perf record -a -g`). So the child is a `clone` with `CLONE_VM`,
+/// as glibc's `posix_spawn` makes its child, except that the shim goes on
+/// (no `CLONE_VFORK`: it must record the child before releasing it). The
+/// child runs on a stack of its own, reads only what `prepared` holds, and
+/// makes only raw system calls ([`raw_syscall`] says why not libc's); both
+/// the stack and `prepared` are leaked, so nothing the child may still
+/// touch is ever freed or reused (one command per shim, whose memory ends
+/// with it). Every signal is blocked across the `clone`, so none of the
+/// shim's handlers ever runs in the child: it restores the default
+/// dispositions first and only then unblocks. With a sandbox user, the child
+/// switches to it while still in the shim's memory; the kernel then marks
+/// that memory not dumpable (as for any change of credentials), so no
+/// process of the sandbox user can trace the child or write its memory
+/// (`ptrace`, `/proc/PID/mem`) before it execs.
+///
+/// Unlike a `fork`, safe from a process with many threads (the tests call it
+/// so): the child runs none of the shim's code but its own, and inherits
+/// only the calling thread's mask.
+pub(crate) fn spawn_behind_barrier(prepared: PreparedExec) -> io::Result<BarrierChild> {
     let (barrier_read, barrier_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     // An idle command writes nothing: its output goes to /dev/null, so it needs
@@ -787,27 +815,53 @@ pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<Barrie
     let read_end = |end: &Option<OwnedFd>| end.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let write_end =
         |end: &Option<OwnedFd>| end.as_ref().map_or(null.as_raw_fd(), AsRawFd::as_raw_fd);
-    let descriptors = ChildDescriptors {
-        barrier_read: barrier_read.as_raw_fd(),
-        barrier_write: barrier_write.as_raw_fd(),
-        status_read: status_read.as_raw_fd(),
-        status_write: status_write.as_raw_fd(),
-        stdout_read: read_end(&stdout_read),
-        stdout_write: write_end(&stdout_write),
-        stderr_read: read_end(&stderr_read),
-        stderr_write: write_end(&stderr_write),
-        null: null.as_raw_fd(),
+    // SAFETY: sysconf has no preconditions.
+    let open_max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(1024, 1 << 20) as i32;
+    let child: &'static ChildArgs = Box::leak(Box::new(ChildArgs {
+        prepared,
+        fds: ChildDescriptors {
+            barrier_read: barrier_read.as_raw_fd(),
+            barrier_write: barrier_write.as_raw_fd(),
+            status_read: status_read.as_raw_fd(),
+            status_write: status_write.as_raw_fd(),
+            stdout_read: read_end(&stdout_read),
+            stdout_write: write_end(&stdout_write),
+            stderr_read: read_end(&stderr_read),
+            stderr_write: write_end(&stderr_write),
+            null: null.as_raw_fd(),
+        },
+        open_max,
+    }));
+    let stack_top = leaked_child_stack()?;
+    // SAFETY: zeroed sigsets are valid values; sigfillset and pthread_sigmask
+    // write into these locals and change only this thread's mask.
+    let old_mask = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old_mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old_mask);
+        old_mask
     };
-    // SAFETY: the shim is single-threaded here (the output pumps start after this),
-    // and the child only makes async-signal-safe calls before execve or _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
+    // SAFETY: the child runs `child_after_clone` on a leaked stack of its own,
+    // reading only the leaked `child` (see the key decision above).
+    let pid = unsafe {
+        libc::clone(
+            child_entry,
+            stack_top,
+            libc::CLONE_VM | libc::SIGCHLD,
+            std::ptr::from_ref(child).cast_mut().cast(),
+        )
+    };
+    let cloned = if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    };
+    // SAFETY: restores this thread's mask from a local.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
     }
-    if pid == 0 {
-        // SAFETY: in the forked child; see `child_after_fork`.
-        unsafe { child_after_fork(prepared, descriptors) }
-    }
+    cloned?;
     // Also set here, so the group exists before the command is recorded, whichever
     // of the two runs first. It can only fail if the child already died.
     // SAFETY: setpgid has no memory-safety preconditions.
@@ -825,6 +879,44 @@ pub(crate) fn spawn_behind_barrier(prepared: &PreparedExec) -> io::Result<Barrie
     })
 }
 
+/// Maps the child's stack, with a guard page below it, and answers its top.
+/// Never unmapped: see [`spawn_behind_barrier`].
+fn leaked_child_stack() -> io::Result<*mut libc::c_void> {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    let bytes = CHILD_STACK_BYTES + page;
+    // SAFETY: a new private anonymous mapping, owned by nothing else.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping just made.
+    if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The stack grows down from the end of the mapping (page-aligned, so
+    // aligned for any ABI).
+    // SAFETY: one past the end of the mapping, not dereferenced here.
+    Ok(unsafe { base.cast::<u8>().add(bytes) }.cast())
+}
+
+/// What the command's first process reads, leaked before the `clone`.
+struct ChildArgs {
+    prepared: PreparedExec,
+    fds: ChildDescriptors,
+    /// Descriptors to close one by one where `close_range` is missing.
+    open_max: i32,
+}
+
 #[derive(Clone, Copy)]
 struct ChildDescriptors {
     // The output pipes' read ends are -1 and their write ends /dev/null for an
@@ -840,98 +932,104 @@ struct ChildDescriptors {
     null: RawFd,
 }
 
-/// The child between `fork` and `execve`.
-///
-/// # Safety
-///
-/// Call only in the child of a `fork`. Uses async-signal-safe calls only (sigaction,
-/// sigprocmask, setpgid, close, dup2, chdir, setgroups, setgid, setuid, umask, read,
-/// write, execve, _exit) and never
+extern "C" fn child_entry(argument: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `spawn_behind_barrier` passes its leaked `ChildArgs`, which
+    // outlives this process.
+    let child = unsafe { &*argument.cast::<ChildArgs>() };
+    child_after_clone(child)
+}
+
+/// Signals whose dispositions the shim may have changed (its forwarding
+/// handlers, the Rust runtime's ignored SIGPIPE and its stack-overflow
+/// handlers): back to the defaults an exec'd program expects, before
+/// anything is unblocked.
+const SIGNALS_RESET: [i32; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGPIPE,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+];
+
+/// The child between `clone` and `execve`, in the shim's memory: raw system
+/// calls only, on its own stack (see [`spawn_behind_barrier`]). Never
 /// returns.
-unsafe fn child_after_fork(prepared: &PreparedExec, fds: ChildDescriptors) -> ! {
-    // SAFETY (whole body): see the function's contract; every pointer passed points
-    // into `prepared` or a local, alive until execve or _exit.
-    unsafe {
-        let fail = |stage: i32| -> ! {
-            let errno = *libc::__errno_location();
-            let mut report = [0_u8; 8];
-            report[..4].copy_from_slice(&stage.to_ne_bytes());
-            report[4..].copy_from_slice(&errno.to_ne_bytes());
-            libc::write(fds.status_write, report.as_ptr().cast(), report.len());
-            libc::_exit(if errno == libc::ENOENT {
-                EXIT_CODE_NOT_FOUND
-            } else {
-                EXIT_CODE_NOT_EXECUTABLE
-            });
-        };
-        // Default dispositions and an empty mask, as exec'd programs expect: the
-        // shim's forwarding handlers must not run here (a stop that reaches the group
-        // before exec must end this child), and an ignored SIGPIPE would survive exec.
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(signal, &action, std::ptr::null_mut());
+fn child_after_clone(child: &ChildArgs) -> ! {
+    let fds = child.fds;
+    let fail = |stage: i32, errno: i32| -> ! {
+        let mut report = [0_u8; 8];
+        report[..4].copy_from_slice(&stage.to_ne_bytes());
+        report[4..].copy_from_slice(&errno.to_ne_bytes());
+        let _ = raw_syscall::write(fds.status_write, &report);
+        raw_syscall::exit(if errno == libc::ENOENT {
+            EXIT_CODE_NOT_FOUND
+        } else {
+            EXIT_CODE_NOT_EXECUTABLE
+        });
+    };
+    // Default dispositions and an empty mask, as exec'd programs expect: the
+    // shim's forwarding handlers must not run here (a stop that reaches the group
+    // before exec must end this child), and an ignored SIGPIPE would survive exec.
+    for signal in SIGNALS_RESET {
+        let _ = raw_syscall::default_disposition(signal);
+    }
+    let _ = raw_syscall::unblock_all_signals();
+    let _ = raw_syscall::setpgid_self();
+    // Our copy of the barrier's write end must go, or we would never see its
+    // end of file when the shim dies.
+    for fd in [
+        fds.barrier_write,
+        fds.status_read,
+        fds.stdout_read,
+        fds.stderr_read,
+    ] {
+        let _ = raw_syscall::close(fd);
+    }
+    for (from, to) in [(fds.null, 0), (fds.stdout_write, 1), (fds.stderr_write, 2)] {
+        if let Err(errno) = raw_syscall::duplicate_onto(from, to) {
+            fail(CHILD_STAGE_REDIRECT, errno);
         }
-        let mut mask: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut mask);
-        libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-        libc::setpgid(0, 0);
-        // Our copy of the barrier's write end must go, or we would never see its
-        // end of file when the shim dies.
-        libc::close(fds.barrier_write);
-        libc::close(fds.status_read);
-        libc::close(fds.stdout_read);
-        libc::close(fds.stderr_read);
-        if libc::dup2(fds.null, 0) < 0
-            || libc::dup2(fds.stdout_write, 1) < 0
-            || libc::dup2(fds.stderr_write, 2) < 0
-        {
-            fail(CHILD_STAGE_REDIRECT);
+    }
+    let prepared = &child.prepared;
+    // SAFETY: a NUL-terminated string of the leaked `prepared`.
+    if let Err(errno) = unsafe { raw_syscall::chdir(prepared.work_dir.as_ptr()) } {
+        fail(CHILD_STAGE_CHDIR, errno);
+    }
+    // Drop privileges for good: supplementary groups, then the group (while still
+    // allowed to), then the user. The gateway's 077 umask is for its own files,
+    // not the sandbox's.
+    if let Some((uid, gid)) = prepared.credentials
+        && let Err(errno) = raw_syscall::become_user(uid, gid)
+    {
+        fail(CHILD_STAGE_CREDENTIALS, errno);
+    }
+    raw_syscall::umask(0o022);
+    loop {
+        match raw_syscall::read_byte(fds.barrier_read) {
+            Ok(true) => break,
+            Err(libc::EINTR) => continue,
+            // End of file (or a broken pipe): the shim closed the barrier without
+            // releasing it, or died.
+            Ok(false) | Err(_) => raw_syscall::exit(EXIT_CODE_BARRIER_CLOSED),
         }
-        if libc::chdir(prepared.work_dir.as_ptr()) != 0 {
-            fail(CHILD_STAGE_CHDIR);
-        }
-        // Drop privileges for good: supplementary groups, then the group
-        // (while still allowed to), then the user. The gateway's 077 umask
-        // is for its own files, not the sandbox's.
-        if let Some((uid, gid)) = prepared.credentials
-            && (libc::setgroups(0, std::ptr::null()) != 0
-                || libc::setgid(gid) != 0
-                || libc::setuid(uid) != 0)
-        {
-            fail(CHILD_STAGE_CREDENTIALS);
-        }
-        libc::umask(0o022);
-        let mut byte = 0_u8;
-        loop {
-            let read = libc::read(fds.barrier_read, (&raw mut byte).cast(), 1);
-            if read == 1 {
-                break;
-            }
-            if read < 0 && *libc::__errno_location() == libc::EINTR {
-                continue;
-            }
-            // End of file: the shim closed the barrier without releasing it, or died.
-            libc::_exit(EXIT_CODE_BARRIER_CLOSED);
-        }
-        libc::close(fds.barrier_read);
-        let Some(program) = &prepared.program else {
-            idle_after_fork()
-        };
-        libc::execve(
+    }
+    let _ = raw_syscall::close(fds.barrier_read);
+    let Some(program) = &prepared.program else {
+        idle_after_barrier(child.open_max)
+    };
+    // SAFETY: the program, argv and environment of the leaked `prepared`, each
+    // NUL-terminated, the arrays null-terminated.
+    let errno = unsafe {
+        raw_syscall::execve(
             program.as_ptr(),
             prepared.argv_pointers.as_ptr(),
             prepared.environment_pointers.as_ptr(),
-        );
-        fail(CHILD_STAGE_EXEC)
-    }
+        )
+    };
+    fail(CHILD_STAGE_EXEC, errno)
 }
 
-/// The idle command, in the forked child past its barrier: what exec would
-/// have done to the shim's descriptors (the status pipe among them, whose end
-/// of file tells the shim the command started), then sleep until signalled.
-/// The signal dispositions are already the defaults, so SIGTERM ends it.
-///
 /// Closes every descriptor but 0, 1 and 2 (`close_range`; one by one before
 /// Linux 5.9). Async-signal-safe.
 ///
@@ -951,20 +1049,17 @@ pub(crate) unsafe fn close_all_but_standard_descriptors() {
     }
 }
 
-/// # Safety
-///
-/// Only in a child forked by [`spawn_behind_barrier`]: it closes descriptors
-/// that Rust objects of the copied shim still own, which nothing may use after.
-unsafe fn idle_after_fork() -> ! {
-    const COMM: &[u8] = b"palisade-idle\0";
-    // SAFETY: close_range, close, prctl and pause are async-signal-safe and
-    // take no pointers but the comm name, a static NUL-terminated string.
-    unsafe {
-        close_all_but_standard_descriptors();
-        libc::prctl(libc::PR_SET_NAME, COMM.as_ptr() as libc::c_ulong, 0, 0, 0);
-        loop {
-            libc::pause();
-        }
+/// The idle command, in the child past its barrier: what exec would have done
+/// to the shim's descriptors (the status pipe among them, whose end of file
+/// tells the shim the command started), then sleep until signalled. The
+/// signal dispositions are already the defaults, so SIGTERM ends it. It
+/// closes only its own copies: the `clone` gave it a table of descriptors of
+/// its own.
+fn idle_after_barrier(open_max: i32) -> ! {
+    raw_syscall::close_from_3(open_max);
+    raw_syscall::set_name(c"palisade-idle");
+    loop {
+        raw_syscall::wait_for_a_signal();
     }
 }
 
