@@ -318,8 +318,10 @@ impl Row {
         self.latencies.sort();
         let ok = self.latencies.len();
         let rate = ok as f64 / self.elapsed.as_secs_f64().max(1e-9);
+        // Hundredths, as palisade-bench prints them: the 1-client target
+        // compares p50s of about a millisecond.
         println!(
-            "{:<7} {:>7} {:>8} {:>7} {:>8.0} {:>8.1} {:>8.1}",
+            "{:<7} {:>7} {:>8} {:>7} {:>8.0} {:>8.2} {:>8.2}",
             self.operation,
             self.clients,
             ok,
