@@ -815,8 +815,6 @@ pub(crate) fn spawn_behind_barrier(prepared: PreparedExec) -> io::Result<Barrier
     let read_end = |end: &Option<OwnedFd>| end.as_ref().map_or(-1, AsRawFd::as_raw_fd);
     let write_end =
         |end: &Option<OwnedFd>| end.as_ref().map_or(null.as_raw_fd(), AsRawFd::as_raw_fd);
-    // SAFETY: sysconf has no preconditions.
-    let open_max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(1024, 1 << 20) as i32;
     let child: &'static ChildArgs = Box::leak(Box::new(ChildArgs {
         prepared,
         fds: ChildDescriptors {
@@ -830,7 +828,7 @@ pub(crate) fn spawn_behind_barrier(prepared: PreparedExec) -> io::Result<Barrier
             stderr_write: write_end(&stderr_write),
             null: null.as_raw_fd(),
         },
-        open_max,
+        open_max: open_files_max(),
     }));
     let stack_top = leaked_child_stack()?;
     // SAFETY: zeroed sigsets are valid values; sigfillset and pthread_sigmask
@@ -1037,16 +1035,14 @@ fn child_after_clone(child: &ChildArgs) -> ! {
 ///
 /// Rust objects that own a closed descriptor must never use it again.
 pub(crate) unsafe fn close_all_but_standard_descriptors() {
-    // SAFETY: close_range, sysconf and close take no pointers; the caller
-    // vouches for the owners of what is closed.
-    unsafe {
-        if libc::close_range(3, libc::c_uint::MAX, 0) != 0 {
-            let limit = libc::sysconf(libc::_SC_OPEN_MAX).clamp(1024, 1 << 20) as libc::c_int;
-            for fd in 3..limit {
-                libc::close(fd);
-            }
-        }
-    }
+    raw_syscall::close_from_3(open_files_max());
+}
+
+/// How many descriptors a one-by-one close goes through where `close_range`
+/// is missing: the process's limit, within sane bounds.
+fn open_files_max() -> i32 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(1024, 1 << 20) as i32
 }
 
 /// The idle command, in the child past its barrier: what exec would have done
