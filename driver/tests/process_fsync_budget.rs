@@ -7,6 +7,11 @@
 //! (see the "What is fsynced" section of `palisade_driver::process`). What an effect
 //! waits for is its *rounds* of fsyncs: fsyncs that may go in any order are issued
 //! at once and waited for as one (a first launch's four fsyncs are two rounds).
+//! And the launch path starts no thread for its fsyncs: those issued at once used
+//! to go to a thread started for each and ended after it, two thread lifecycles on
+//! the path of every create (a stack mapped and unmapped, a dozen more system calls
+//! each, and an interrupt to every core running the gateway); under a tokio
+//! runtime, as in the gateway, they go to its blocking pool, whose threads are kept.
 //! The counters are process-wide, so this file holds one test, run alone in its own
 //! binary.
 #![cfg(target_os = "linux")]
@@ -14,7 +19,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use palisade_driver::process::records::{fsync_rounds_issued, fsyncs_issued};
+use palisade_driver::process::records::{
+    fsync_rounds_issued, fsync_threads_started, fsyncs_issued,
+};
 use palisade_driver::process::{ProcessDriver, ProcessDriverTimeouts};
 use palisade_driver::{ComputeDriver, Fence, LaunchSpec};
 
@@ -55,6 +62,7 @@ fn fsyncs(fsyncs: u64, rounds: u64) -> Fsyncs {
 
 #[tokio::test]
 async fn fenced_steps_stay_within_their_fsync_budget() {
+    let threads_before = fsync_threads_started();
     let root = tempfile::tempdir().expect("temporary directory");
     // No shim program: the launch gets through its deciding step (fence, claim,
     // tombstone check) and then fails to start the launch server. The shim's own fsyncs
@@ -132,5 +140,10 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
         first_remove,
         fsyncs(2, 1),
         "fsyncs of a first fenced remove"
+    );
+    assert_eq!(
+        fsync_threads_started() - threads_before,
+        0,
+        "threads started for the fsyncs issued together"
     );
 }

@@ -306,6 +306,17 @@ static FSYNCS: AtomicU64 = AtomicU64::new(0);
 /// many files it syncs. What an effect waits for is its rounds, one after the other.
 static FSYNC_ROUNDS: AtomicU64 = AtomicU64::new(0);
 
+/// Threads [`sync_together`] started for fsyncs (only without a runtime).
+static FSYNC_THREADS_STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// How many threads the process driver code of this process has started (and
+/// ended) for fsyncs so far: none under a tokio runtime. For the test that
+/// keeps thread starts off the launch path; not for operators.
+#[doc(hidden)]
+pub fn fsync_threads_started() -> u64 {
+    FSYNC_THREADS_STARTED.load(Ordering::Relaxed)
+}
+
 /// How many fsyncs the process driver code of this process has made so far. For
 /// the tests that keep its fsync budget per effect; not for operators.
 #[doc(hidden)]
@@ -348,8 +359,8 @@ fn sync_one(file: &File) -> io::Result<()> {
     file.sync_all()
 }
 
-/// fsyncs every one of `files` at once, each on its own thread, and returns when
-/// all are durable (the first error if any failed).
+/// fsyncs every one of `files` at once, each on a thread of its own, and returns
+/// when all are durable (the first error if any failed).
 ///
 /// Why: every fsync here is a journal commit or at least a flush of the disk's
 /// cache (2-8 ms on the virtual disks this runs on). When a step needs several
@@ -359,6 +370,18 @@ fn sync_one(file: &File) -> io::Result<()> {
 /// same journal commit and their cache flushes are merged, so the step waits
 /// about one. Nothing acts on any of them before all are done, so the guarantee
 /// is the same as fsyncing them in turn.
+///
+/// The calling thread syncs the first file; the others go to the tokio
+/// runtime's blocking pool when the caller runs under one (the gateway's launch
+/// path always does), whose threads outlive the call: starting a thread for
+/// each of them and ending it again cost every launch two thread lifecycles
+/// (`clone3`, a stack mapped and unmapped, a dozen more system calls each, and
+/// for the unmapping an interrupt to every other core running the gateway), ~30
+/// us of CPU each on this machine, on the path of every create. Without a
+/// runtime (a test, a tool) each other file gets a thread of its own, as
+/// before. A pool task syncs a duplicate of its file's descriptor, so a task
+/// that runs late syncs a file of its own; one that never runs (the runtime
+/// shutting down) drops its reply, and the file is synced here instead.
 pub(crate) fn sync_together(files: &[&File]) -> io::Result<()> {
     let Some((first, others)) = files.split_first() else {
         return Ok(());
@@ -367,10 +390,54 @@ pub(crate) fn sync_together(files: &[&File]) -> io::Result<()> {
     if others.is_empty() {
         return sync_one(first);
     }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => sync_others_on_pool(&runtime, first, others),
+        Err(_) => sync_others_on_new_threads(first, others),
+    }
+}
+
+/// [`sync_together`] under a runtime: `others` on its blocking pool.
+fn sync_others_on_pool(
+    runtime: &tokio::runtime::Handle,
+    first: &File,
+    others: &[&File],
+) -> io::Result<()> {
+    let pending: Vec<_> = others
+        .iter()
+        .map(|file| {
+            let reply = file.try_clone().ok().map(|copy| {
+                let (reply, answer) = std::sync::mpsc::sync_channel(1);
+                drop(runtime.spawn_blocking(move || {
+                    // The caller may have stopped waiting (it never does
+                    // before an answer): nothing to tell then.
+                    let _ = reply.send(sync_one(&copy));
+                }));
+                answer
+            });
+            (reply, *file)
+        })
+        .collect();
+    let mut result = sync_one(first);
+    for (reply, file) in pending {
+        // No duplicate descriptor, or a task that will never run: here.
+        let synced = reply
+            .and_then(|answer| answer.recv().ok())
+            .unwrap_or_else(|| sync_one(file));
+        if result.is_ok() {
+            result = synced;
+        }
+    }
+    result
+}
+
+/// [`sync_together`] without a runtime: a thread of its own for each of
+/// `others`.
+fn sync_others_on_new_threads(first: &File, others: &[&File]) -> io::Result<()> {
     std::thread::scope(|scope| {
         let threads: Vec<_> = others
             .iter()
             .map(|file| {
+                FSYNC_THREADS_STARTED.fetch_add(1, Ordering::Relaxed);
                 std::thread::Builder::new()
                     .name("palisade-fsync".to_owned())
                     .spawn_scoped(scope, move || sync_one(file))
