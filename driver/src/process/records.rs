@@ -11,8 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -379,9 +379,8 @@ fn sync_one(file: &File) -> io::Result<()> {
 /// for the unmapping an interrupt to every other core running the gateway), ~30
 /// us of CPU each on this machine, on the path of every create. Without a
 /// runtime (a test, a tool) each other file gets a thread of its own, as
-/// before. A pool task syncs a duplicate of its file's descriptor, so a task
-/// that runs late syncs a file of its own; one that never runs (the runtime
-/// shutting down) drops its reply, and the file is synced here instead.
+/// before. A pool task syncs a duplicate of its file's descriptor, so it owns
+/// what it syncs whenever it runs.
 pub(crate) fn sync_together(files: &[&File]) -> io::Result<()> {
     let Some((first, others)) = files.split_first() else {
         return Ok(());
@@ -397,6 +396,11 @@ pub(crate) fn sync_together(files: &[&File]) -> io::Result<()> {
 }
 
 /// [`sync_together`] under a runtime: `others` on its blocking pool.
+///
+/// The caller never waits for a task that has not started: once its own fsync
+/// is done, it takes each task no pool thread has begun (a claim both sides
+/// race for) and syncs that file itself. So a pool whose threads are all busy
+/// (all waiting in here, say) delays these fsyncs, never deadlocks them.
 fn sync_others_on_pool(
     runtime: &tokio::runtime::Handle,
     first: &File,
@@ -405,24 +409,34 @@ fn sync_others_on_pool(
     let pending: Vec<_> = others
         .iter()
         .map(|file| {
-            let reply = file.try_clone().ok().map(|copy| {
+            let task = file.try_clone().ok().map(|copy| {
+                let claimed = Arc::new(AtomicBool::new(false));
                 let (reply, answer) = std::sync::mpsc::sync_channel(1);
+                let claim = Arc::clone(&claimed);
                 drop(runtime.spawn_blocking(move || {
-                    // The caller may have stopped waiting (it never does
-                    // before an answer): nothing to tell then.
+                    if claim.swap(true, Ordering::AcqRel) {
+                        return; // the caller took it
+                    }
+                    // The caller waits for this answer (it never stops
+                    // waiting before it).
                     let _ = reply.send(sync_one(&copy));
                 }));
-                answer
+                (claimed, answer)
             });
-            (reply, *file)
+            (task, *file)
         })
         .collect();
     let mut result = sync_one(first);
-    for (reply, file) in pending {
-        // No duplicate descriptor, or a task that will never run: here.
-        let synced = reply
-            .and_then(|answer| answer.recv().ok())
-            .unwrap_or_else(|| sync_one(file));
+    for (task, file) in pending {
+        let synced = match task {
+            Some((claimed, answer)) if claimed.swap(true, Ordering::AcqRel) => answer
+                .recv()
+                // Started and gone without answering (it panicked).
+                .unwrap_or_else(|_| sync_one(file)),
+            // Not begun (or never to run, the runtime shutting down), or no
+            // duplicate descriptor: here.
+            _ => sync_one(file),
+        };
         if result.is_ok() {
             result = synced;
         }
@@ -571,5 +585,48 @@ pub(crate) fn create_record_with<T: Serialize>(
         Ok(()) => sync_dir(parent_of(path)).map(|()| true),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Files to sync in a temporary directory that lives as long as they do.
+    fn files(count: usize) -> (tempfile::TempDir, Vec<File>) {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let files = (0..count)
+            .map(|index| write_file(&dir.path().join(format!("file-{index}")), b"x").expect("file"))
+            .collect();
+        (dir, files)
+    }
+
+    /// Under a runtime whose blocking pool has one thread, taken by the
+    /// caller itself: the pool can start none of the other fsyncs, so the
+    /// caller must take them, not wait for them forever.
+    #[test]
+    fn fsyncs_issued_together_complete_when_the_blocking_pool_is_full() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(1)
+            .build()
+            .expect("runtime");
+        let (_dir, files) = files(3);
+        let (done, finished) = std::sync::mpsc::channel();
+        let handle = runtime.handle().clone();
+        std::thread::spawn(move || {
+            let synced = handle.block_on(handle.spawn_blocking(move || {
+                let before = fsyncs_issued();
+                let result = sync_together(&files.iter().collect::<Vec<_>>());
+                (result, fsyncs_issued() - before)
+            }));
+            let _ = done.send(synced);
+        });
+        let (result, fsyncs) = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("sync_together waited for fsyncs no thread could start")
+            .expect("the blocking task");
+        result.expect("synced");
+        assert!(fsyncs >= 3, "{fsyncs} fsyncs counted for 3 files");
     }
 }
