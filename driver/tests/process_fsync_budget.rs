@@ -66,8 +66,8 @@ async fn fenced_steps_stay_within_their_fsync_budget() {
     let root = tempfile::tempdir().expect("temporary directory");
     // No shim program: the launch gets through its deciding step (fence, claim,
     // tombstone check) and then fails to start the launch server. The shim's own fsyncs
-    // (claim content, command.json and its directory, exit.json content) happen in
-    // the shim's process and are not counted here.
+    // (claim content, the execution directory before the command runs, exit.json
+    // content) happen in the shim's process and are not counted here.
     let driver = ProcessDriver::new(
         root.path().join("driver"),
         PathBuf::from("/nonexistent/palisade-test-shim"),

@@ -86,10 +86,17 @@
 //!   join one journal commit), then the sandbox directory after the rename (which
 //!   also makes the fence record durable): two waits, not four. The shim: `shim.json`'s
 //!   content (its name becomes durable with the next fsync of the execution
-//!   directory, which every path that acts on the claim takes: `command.json`
-//!   before the command runs, `exit.json` or `rejected.json` when it does not; a
-//!   claim lost in a crash before that was never acted on), and `command.json`
-//!   with its directory, before the barrier opens.
+//!   directory, which every path that acts on the claim takes: the one before the
+//!   command runs, `exit.json`'s or `rejected.json`'s when it does not; a claim
+//!   lost in a crash before that was never acted on), then the execution
+//!   directory, before the barrier opens: two waits. `command.json` is not
+//!   fsynced: it names a process of this boot, which a crash of the machine ends,
+//!   and every process sees it at once (an atomic rename); a partial one a crash
+//!   left behind is of an earlier boot (its claim says which) and reads as absent,
+//!   as a lost one does. It used to be fsynced, then renamed, then its directory
+//!   fsynced (which made the claim durable too): a third wait on every launch and
+//!   about a fifth of the shim's CPU (`perf record -a -g`: fsyncs, with the virtual
+//!   disk's queue kicks, were three fifths of it), for nothing a reboot keeps.
 //! - `stop`: the sandbox directory, for the fence, before `stop-requested`.
 //!   `stop-requested` is not fsynced (only shims of this boot must see it).
 //!   `exit.json` is fsynced but not its directory entry: a crash may lose the
@@ -166,7 +173,8 @@
 //!   while `remove` marks every listed generation `stop-requested` and then reads its
 //!   claim: again one side always sees the other.
 //! - *A shim that dies while starting the command*: the command waits at a barrier
-//!   until `command.json` is durable ([`shim`]); a shim that dies before releasing it
+//!   until the claim is durable and `command.json` written ([`shim`]); a shim that
+//!   dies before releasing it
 //!   leaves a child that reads end of file and exits without running anything.
 //! - *A launch that never hears back* (the shim died, or the server with the launch
 //!   queued, before the status byte; or no answer in time): the shim may or may not

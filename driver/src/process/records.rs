@@ -130,7 +130,17 @@ pub(crate) fn observe(dir: &Path) -> io::Result<Observation> {
         Some(shim) => presence(&shim.identity())?,
         None => Presence::Gone,
     };
-    let command: Option<ProcessIdentity> = read_record(&dir.join(COMMAND_FILE))?;
+    // Written without an fsync (it names a process of its boot, see the shim): a
+    // crash of the machine may leave it partial. Of an earlier boot, whose
+    // processes are all gone, a partial one says no more than an absent one.
+    let command: Option<ProcessIdentity> = match read_record(&dir.join(COMMAND_FILE)) {
+        Err(error)
+            if error.kind() == io::ErrorKind::InvalidData && of_an_earlier_boot(shim.as_ref())? =>
+        {
+            None
+        }
+        read => read?,
+    };
     let command_presence = match &command {
         Some(command) => presence(command)?,
         None => Presence::Gone,
@@ -150,6 +160,14 @@ pub(crate) fn observe(dir: &Path) -> io::Result<Observation> {
 
 pub(crate) async fn observe_blocking(dir: PathBuf) -> Result<Observation, DriverError> {
     blocking(move || observe(&dir).map_err(|error| io_uncertain("reading", &dir, error))).await
+}
+
+/// Whether `shim` claimed its execution in an earlier boot than this one.
+fn of_an_earlier_boot(shim: Option<&ShimRecord>) -> io::Result<bool> {
+    Ok(match shim {
+        Some(shim) => shim.boot_id != boot_id()?,
+        None => false,
+    })
 }
 
 impl Observation {
@@ -533,6 +551,12 @@ pub(crate) enum Durability {
     /// record. For records whose directory the caller fsyncs later anyway, or whose
     /// loss in a crash is resolved by observation (say which at the call).
     ContentOnly,
+    /// Neither: the record is visible to every process at once (the rename is
+    /// atomic) and reaches the disk by writeback only. A crash of the machine may
+    /// lose it or leave it partial, so this is for a record of what a reboot ends
+    /// anyway (a process of this boot), which its reader takes, when partial and
+    /// from an earlier boot, for an absent one (see `command.json` in [`observe`]).
+    ThisBootOnly,
 }
 
 pub(crate) fn parent_of(path: &Path) -> &Path {
@@ -551,15 +575,19 @@ pub(crate) fn write_record_with<T: Serialize>(
     durability: Durability,
 ) -> io::Result<()> {
     let temporary = temporary_path(path);
-    let written = write_file_synced(&temporary, &serde_json::to_vec(record)?)
-        .and_then(|()| fs::rename(&temporary, path));
+    let bytes = serde_json::to_vec(record)?;
+    let written = match durability {
+        Durability::ThisBootOnly => write_file(&temporary, &bytes).map(drop),
+        Durability::Durable | Durability::ContentOnly => write_file_synced(&temporary, &bytes),
+    }
+    .and_then(|()| fs::rename(&temporary, path));
     if written.is_err() {
         let _ = fs::remove_file(&temporary);
     }
     written?;
     match durability {
         Durability::Durable => sync_dir(parent_of(path)),
-        Durability::ContentOnly => Ok(()),
+        Durability::ContentOnly | Durability::ThisBootOnly => Ok(()),
     }
 }
 
@@ -576,12 +604,16 @@ pub(crate) fn create_record_with<T: Serialize>(
     durability: Durability,
 ) -> io::Result<bool> {
     let temporary = temporary_path(path);
-    write_file_synced(&temporary, &serde_json::to_vec(record)?)?;
+    let bytes = serde_json::to_vec(record)?;
+    match durability {
+        Durability::ThisBootOnly => write_file(&temporary, &bytes).map(drop)?,
+        Durability::Durable | Durability::ContentOnly => write_file_synced(&temporary, &bytes)?,
+    }
     // link(2), unlike rename(2), fails if the name exists: exactly one creator wins.
     let linked = fs::hard_link(&temporary, path);
     let _ = fs::remove_file(&temporary);
     match linked {
-        Ok(()) if durability == Durability::ContentOnly => Ok(true),
+        Ok(()) if durability != Durability::Durable => Ok(true),
         Ok(()) => sync_dir(parent_of(path)).map(|()| true),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(error) => Err(error),
@@ -628,5 +660,38 @@ mod tests {
             .expect("the blocking task");
         result.expect("synced");
         assert!(fsyncs >= 3, "{fsyncs} fsyncs counted for 3 files");
+    }
+
+    /// `command.json` is written without an fsync (it names a process of its
+    /// boot), so a crash of the machine may leave it partial; the reboot's
+    /// observation must take it for an absent record, or the execution would read
+    /// as uncertain forever. A partial record of this boot is no crash's doing and
+    /// stays an error.
+    #[test]
+    fn a_partial_command_record_of_an_earlier_boot_reads_as_absent() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let execution = dir.path();
+        let claim = |boot_id: &str| ShimRecord {
+            generation: 1,
+            pid: 1,
+            start_time: 1,
+            boot_id: boot_id.to_owned(),
+            driver_id: "driver".to_owned(),
+        };
+        write_record(&execution.join(SHIM_FILE), &claim("an-earlier-boot")).expect("claim");
+        for partial in [&b""[..], b"\0\0\0\0", b"{\"pid\": 12"] {
+            fs::write(execution.join(COMMAND_FILE), partial).expect("partial record");
+            let observation = observe(execution).expect("observed despite the partial record");
+            assert_eq!(observation.command, None);
+            assert_eq!(
+                observation.status().expect("status"),
+                ExecutionStatus::Absent
+            );
+        }
+
+        let this_boot = boot_id().expect("boot id");
+        write_record(&execution.join(SHIM_FILE), &claim(this_boot)).expect("claim");
+        let error = observe(execution).expect_err("a partial record of this boot");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
     }
 }

@@ -8,11 +8,14 @@
 //! The shim starts the command's first process itself (not through
 //! `std::process::Command`, whose `spawn` returns only after `execve`), and the
 //! child waits, before `execve`, for one byte on a pipe: the barrier. The shim
-//! writes `command.json` durably and only then writes the byte. If the write fails,
-//! the shim closes the barrier unwritten; if the shim dies first, the kernel closes
-//! it. Either way the child reads end of file and exits without running anything, so
-//! no command ever runs that the driver directory does not know about. A second
-//! pipe (close-on-exec) tells the shim whether `execve` succeeded.
+//! makes its claim durable, writes `command.json` (seen at once by every process
+//! of this boot; not fsynced, see the module's "What is fsynced" in
+//! [`super`]), and only then writes the byte. If either fails, the shim closes
+//! the barrier unwritten; if the shim dies first, the kernel closes it. Either way
+//! the child reads end of file and exits without running anything, so no command
+//! ever runs that the driver directory does not know about, and none runs twice
+//! for one generation across a crash of the machine. A second pipe (close-on-exec)
+//! tells the shim whether `execve` succeeded.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
@@ -375,7 +378,7 @@ pub(crate) fn supervise(dir: &Path, reported: Option<Reported>) -> io::Result<()
         driver_id,
     };
     // Its name is made durable by the next fsync of this directory, which every
-    // path that acts on the claim takes (command.json before the command runs,
+    // path that acts on the claim takes (before the command runs, or with
     // exit.json or rejected.json otherwise): a claim lost in a crash before that
     // was never acted on, and a repeated launch starts another shim.
     if !create_record_with(&dir.join(SHIM_FILE), &claim, Durability::ContentOnly)? {
@@ -458,11 +461,19 @@ pub(crate) fn supervise(dir: &Path, reported: Option<Reported>) -> io::Result<()
         }
     }
 
-    // The command is recorded before it runs: if this write fails, or this shim dies
-    // before the release, the child reads end of file and exits without running it.
+    // The claim is made durable before the command may run: at most one command
+    // per generation, across a crash of the machine too (a launch repeated after
+    // the reboot finds the claim and starts nothing). Then the command is recorded
+    // before it runs: if this fails, or this shim dies before the release, the
+    // child reads end of file and exits without running it. The record is not
+    // fsynced (see the module's "What is fsynced"): it names a process of this
+    // boot, which a crash of the machine ends, and every process sees it at once.
     // The leader is our unreaped child, so its stat stays readable even if it died.
-    let recorded =
-        identity_of(leader).and_then(|command| write_record(&dir.join(COMMAND_FILE), &command));
+    let recorded = sync_dir(dir)
+        .and_then(|()| identity_of(leader))
+        .and_then(|command| {
+            write_record_with(&dir.join(COMMAND_FILE), &command, Durability::ThisBootOnly)
+        });
     if let Err(error) = recorded {
         drop(child.barrier.take()); // end of file: the child exits without running
         // Forward nothing to a group whose pid is about to be free for reuse.
