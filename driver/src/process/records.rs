@@ -559,6 +559,25 @@ pub(crate) enum Durability {
     ThisBootOnly,
 }
 
+impl Durability {
+    /// Writes a record's temporary file, fsynced unless `ThisBootOnly`: the
+    /// content step every kind of write starts with.
+    fn write_temporary(self, temporary: &Path, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Durability::ThisBootOnly => write_file(temporary, bytes).map(drop),
+            Durability::Durable | Durability::ContentOnly => write_file_synced(temporary, bytes),
+        }
+    }
+
+    /// Makes the record's name durable, if this kind of write does (`Durable`).
+    fn sync_name(self, path: &Path) -> io::Result<()> {
+        match self {
+            Durability::Durable => sync_dir(parent_of(path)),
+            Durability::ContentOnly | Durability::ThisBootOnly => Ok(()),
+        }
+    }
+}
+
 pub(crate) fn parent_of(path: &Path) -> &Path {
     path.parent().unwrap_or_else(|| Path::new("."))
 }
@@ -575,20 +594,14 @@ pub(crate) fn write_record_with<T: Serialize>(
     durability: Durability,
 ) -> io::Result<()> {
     let temporary = temporary_path(path);
-    let bytes = serde_json::to_vec(record)?;
-    let written = match durability {
-        Durability::ThisBootOnly => write_file(&temporary, &bytes).map(drop),
-        Durability::Durable | Durability::ContentOnly => write_file_synced(&temporary, &bytes),
-    }
-    .and_then(|()| fs::rename(&temporary, path));
+    let written = durability
+        .write_temporary(&temporary, &serde_json::to_vec(record)?)
+        .and_then(|()| fs::rename(&temporary, path));
     if written.is_err() {
         let _ = fs::remove_file(&temporary);
     }
     written?;
-    match durability {
-        Durability::Durable => sync_dir(parent_of(path)),
-        Durability::ContentOnly | Durability::ThisBootOnly => Ok(()),
-    }
+    durability.sync_name(path)
 }
 
 /// Writes a record atomically and durably unless one exists. Returns whether this
@@ -604,17 +617,12 @@ pub(crate) fn create_record_with<T: Serialize>(
     durability: Durability,
 ) -> io::Result<bool> {
     let temporary = temporary_path(path);
-    let bytes = serde_json::to_vec(record)?;
-    match durability {
-        Durability::ThisBootOnly => write_file(&temporary, &bytes).map(drop)?,
-        Durability::Durable | Durability::ContentOnly => write_file_synced(&temporary, &bytes)?,
-    }
+    durability.write_temporary(&temporary, &serde_json::to_vec(record)?)?;
     // link(2), unlike rename(2), fails if the name exists: exactly one creator wins.
     let linked = fs::hard_link(&temporary, path);
     let _ = fs::remove_file(&temporary);
     match linked {
-        Ok(()) if durability != Durability::Durable => Ok(true),
-        Ok(()) => sync_dir(parent_of(path)).map(|()| true),
+        Ok(()) => durability.sync_name(path).map(|()| true),
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
         Err(error) => Err(error),
     }
