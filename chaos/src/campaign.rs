@@ -569,7 +569,7 @@ async fn drive(
     links: &Arc<LinkTable>,
     triggers: &Arc<Triggers>,
     fired: tokio::sync::mpsc::Receiver<crate::points::Fired>,
-    postgres: Option<Arc<palisade_projection::TestPostgres>>,
+    postgres: Option<Arc<palisade_testkit::TestPostgres>>,
 ) -> Result<Driven, ChaosError> {
     let leader = cluster.wait_for_leader(FIRST_LEADER_WAIT_MAX).await?;
     // Execution tokens need the cluster identity the first leader writes.

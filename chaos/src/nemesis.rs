@@ -43,10 +43,10 @@ use std::time::Duration;
 
 use openraft::async_runtime::WatchReceiver as _;
 use palisade_driver::fault::{FaultPlan, FaultRule};
-use palisade_projection::TestPostgres;
-use palisade_projection::test_postgres::Shutdown;
 use palisade_raft::NodeId;
 use palisade_raft::hooks::FaultPoint;
+use palisade_testkit::TestPostgres;
+use palisade_testkit::test_postgres::Shutdown;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};

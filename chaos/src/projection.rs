@@ -20,8 +20,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_projection::test_postgres::Shutdown;
-use palisade_projection::{ProjectedRows, TestPostgres, store};
+use palisade_projection::{ProjectedRows, store};
+use palisade_testkit::TestPostgres;
+use palisade_testkit::test_postgres::Shutdown;
 use tokio::time::Instant;
 
 use crate::ChaosError;

@@ -205,7 +205,7 @@ async fn each_replicas_metrics_match_what_happened() {
         .status()
         .expect("scripts/ensure-postgres runs");
     assert!(ensured.success(), "PostgreSQL is not installed");
-    let postgres = palisade_projection::TestPostgres::start()
+    let postgres = palisade_testkit::TestPostgres::start()
         .await
         .expect("start PostgreSQL");
     let (mut cluster, metrics) =

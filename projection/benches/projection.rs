@@ -22,9 +22,10 @@ use palisade_lifecycle::{
     Command, CompletionOf, LaunchResult, RequestMeta, SandboxSpec, SandboxTarget,
 };
 use palisade_projection::store::REMOVE_SANDBOXES_SQL;
-use palisade_projection::test_postgres::Durability;
 use palisade_projection::workload::Workload;
-use palisade_projection::{MemoryReplica, Projection, ProjectionConfig, Projector, TestPostgres};
+use palisade_projection::{MemoryReplica, Projection, ProjectionConfig, Projector};
+use palisade_testkit::TestPostgres;
+use palisade_testkit::test_postgres::Durability;
 use sqlx::PgPool;
 use tokio::sync::watch;
 

@@ -4,7 +4,8 @@
 //!
 //! This crate owns the projection's schema (`migrations/`), the projector
 //! that keeps it up to date, the queries the gateway serves from it, and
-//! the test harness that runs it against a real PostgreSQL. It is its own
+//! the in-process harness that runs it against a real PostgreSQL (the
+//! server itself is `palisade_testkit::TestPostgres`). It is its own
 //! crate so that sqlx stays out of `palisade-storage`'s build; it sits
 //! between `palisade-raft` and `palisade-gateway`.
 //!
@@ -47,9 +48,8 @@
 //! - [`query`]: [`Projection`], the gateway's handle: status,
 //!   read-your-writes waits, `list_sandboxes`.
 //! - [`status`]: [`ProjectionStatus`] and lag measurement.
-//! - [`memory`], [`workload`], [`test_postgres`]: an in-process replica, a
-//!   seeded random lifecycle workload, and a throwaway PostgreSQL server,
-//!   for tests, the benchmark and the chaos harness.
+//! - [`memory`], [`workload`]: an in-process replica and a seeded random
+//!   lifecycle workload, for tests, the benchmark and the chaos harness.
 #![deny(missing_docs)]
 
 mod changes;
@@ -60,7 +60,6 @@ pub mod query;
 pub mod source;
 pub mod status;
 pub mod store;
-pub mod test_postgres;
 pub mod workload;
 
 pub use changes::{
@@ -73,4 +72,3 @@ pub use query::{Projection, SandboxPage, SandboxQuery};
 pub use source::{LogRecord, Payload, RaftReplica, ReplicaSource};
 pub use status::{ProjectionStatus, ProjectorState};
 pub use store::{BatchStage, Checkpoint, StageHook};
-pub use test_postgres::TestPostgres;

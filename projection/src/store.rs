@@ -999,7 +999,7 @@ pub async fn read_rows(pool: &PgPool) -> Result<ProjectedRows, ProjectionError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_postgres::TestPostgres;
+    use palisade_testkit::TestPostgres;
 
     fn at(index: u64) -> LogPosition {
         LogPosition { index, term: 1 }

@@ -32,12 +32,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use palisade_lifecycle::{SandboxPhase, State};
 use palisade_projection::store;
-use palisade_projection::test_postgres::{Durability, Shutdown};
 use palisade_projection::workload::Workload;
 use palisade_projection::{
     BatchStage, MemoryReplica, ProjectedRows, Projection, ProjectionConfig, Projector,
-    ReplicaSource, SandboxQuery, StageHook, TestPostgres,
+    ReplicaSource, SandboxQuery, StageHook,
 };
+use palisade_testkit::TestPostgres;
+use palisade_testkit::test_postgres::{Durability, Shutdown};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use sqlx::Row;

@@ -24,7 +24,9 @@
 //!   pinned to it) and accessors of API messages.
 //! - [`processes`]: the process table: signals, liveness, the shims and
 //!   commands of the process driver's executions.
-//! - [`ports`]: free loopback ports.
+//! - [`ports`]: free loopback ports, outside the ephemeral range.
+//! - [`test_postgres`]: [`TestPostgres`], a throwaway PostgreSQL server
+//!   (`initdb` + `pg_ctl`), stopped and restarted by fault tests.
 //! - [`logs`]: keeping replica logs of a failed test.
 //! - [`gate`]: a file-driven one-shot gate at the executor's before-effect
 //!   fault point and an injected panic in apply, for tests of real
@@ -42,9 +44,11 @@ pub mod ports;
 pub mod probe;
 pub mod processes;
 pub mod replica;
+pub mod test_postgres;
 
 pub use cluster::{ClusterSpec, LocalCluster, Ports};
 pub use replica::{ReplicaProcess, TlsFiles};
+pub use test_postgres::TestPostgres;
 
 use std::path::PathBuf;
 

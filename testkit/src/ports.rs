@@ -87,7 +87,7 @@ fn bindable_port(ranges: &[RangeInclusive<u16>]) -> Result<u16, TestkitError> {
 }
 
 /// The kernel's ephemeral port range.
-fn ephemeral_range() -> Result<RangeInclusive<u16>, TestkitError> {
+pub(crate) fn ephemeral_range() -> Result<RangeInclusive<u16>, TestkitError> {
     match std::fs::read_to_string(EPHEMERAL_RANGE_FILE) {
         Ok(text) => parse_ephemeral_range(&text),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(IANA_EPHEMERAL_RANGE),

@@ -63,12 +63,12 @@ use palisade_bench::{
     RunFlags, Table, connect, in_run_dir, millis, palisade_binary, percentile, run_main,
     start_cluster, wait_ready,
 };
-use palisade_projection::TestPostgres;
 use palisade_projection::store::{CHECKPOINT_CHANNEL, checkpoint_notified};
-use palisade_projection::test_postgres::Durability;
 use palisade_proto::v1;
 use palisade_proto::v1::cluster_admin_client::ClusterAdminClient;
 use palisade_proto::v1::palisade_client::PalisadeClient;
+use palisade_testkit::TestPostgres;
+use palisade_testkit::test_postgres::Durability;
 use sqlx::postgres::{PgConnection, PgListener};
 use sqlx::{Connection, Row as _};
 use tokio::sync::{Semaphore, watch};

@@ -15,7 +15,6 @@
 //! With `DATABASE_URL` set, no server is started: each `TestPostgres`
 //! creates a fresh database on that server and drops it on drop.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +56,9 @@ pub enum TestPostgresError {
     /// Local IO failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// No free port for the server.
+    #[error("{0}")]
+    Port(String),
     /// The external server (DATABASE_URL) refused.
     #[error("DATABASE_URL: {0}")]
     Database(#[from] sqlx::Error),
@@ -157,8 +159,12 @@ fn find_bin() -> Result<PathBuf, TestPostgresError> {
         .ok_or(TestPostgresError::NotInstalled)
 }
 
+/// A free port outside the ephemeral range ([`crate::ports`]): a server
+/// stopped and started again on its port ([`TestPostgres::restart`]) must
+/// find it unbound, not taken by a connection (the projector's own
+/// reconnects among them) that `connect()` gave it to meanwhile.
 fn free_port() -> Result<u16, TestPostgresError> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    crate::ports::free_port().map_err(|error| TestPostgresError::Port(error.to_string()))
 }
 
 fn local_url(port: u16) -> String {
@@ -442,6 +448,8 @@ impl Drop for TestPostgres {
 
 #[cfg(test)]
 mod tests {
+    use std::net::TcpListener;
+
     use super::*;
 
     /// The port found free is taken before the server binds it (here by a
@@ -467,5 +475,24 @@ mod tests {
             server.url()
         );
         assert!(server.is_running());
+    }
+
+    /// A server restarted on its port must find it unbound: the port is
+    /// outside the range `connect()` hands out to the projector's
+    /// reconnects while the server is down.
+    #[test]
+    fn the_server_listens_outside_the_ephemeral_range() {
+        let server = match TestPostgres::local(Durability::Fast) {
+            Err(TestPostgresError::NotInstalled) => {
+                eprintln!("skipped: no PostgreSQL binaries");
+                return;
+            }
+            started => started.expect("the server starts"),
+        };
+        let Server::Local { port, .. } = &server.server else {
+            unreachable!("a local server");
+        };
+        let ephemeral = crate::ports::ephemeral_range().expect("the ephemeral range");
+        assert!(!ephemeral.contains(port), "{port} in {ephemeral:?}");
     }
 }
