@@ -41,7 +41,7 @@ fn main() {
         otlp = match init_tracing("info,openraft=warn", format, otlp_endpoint.as_deref()) {
             Ok(otlp) => otlp,
             Err(error) => {
-                eprintln!("error: {error:#}");
+                eprintln!("error: {}", palisade_cli::commands::describe(&error));
                 std::process::exit(2);
             }
         };
@@ -49,7 +49,7 @@ fn main() {
         // Replica logs are noisy under faults: only errors unless
         // `PALISADE_LOG` says otherwise.
         if let Err(error) = init_tracing("error", format, None) {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", palisade_cli::commands::describe(&error));
             std::process::exit(2);
         }
     }

@@ -8,7 +8,10 @@
 //!   30 s, back to 2 s once it ran a minute), while the others keep
 //!   serving. The first delay is longer than an election (about 1.3 s):
 //!   a crashed leader is replaced by the others rather than racing them
-//!   back into its old term;
+//!   back into its old term. A replica that exits by itself has its
+//!   reason printed under the exit (its log's last `error:` line); one
+//!   that exits before the cluster was first up ends `up` with that
+//!   reason, since a port in use or a bad flag would only fail again;
 //! - leader changes are printed as they happen: the new leader, its term,
 //!   and how long the cluster was without a confirmed leader
 //!   ([`LeaderWatch`]);
@@ -388,7 +391,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     println!("waiting for a leader...");
     let ready = tokio::select! {
         () = crate::serve::shutdown_signal() => None,
-        ready = wait_for_leader(&endpoints, tls.clone()) => Some(ready),
+        ready = wait_for_leader(&mut cluster, &endpoints, tls.clone()) => Some(ready),
     };
     match ready {
         None => {
@@ -402,7 +405,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             cluster.cli_endpoints(&cluster.node_ids())
         ),
         Some(Err(error)) => {
-            eprintln!("error: {error:#}; see the gateway.log files");
+            // The caller prints the error.
             stop_all(&mut cluster).await;
             return Err(error);
         }
@@ -470,6 +473,9 @@ async fn supervise(cluster: &mut LocalCluster, tls: &crate::client::ClientTls) {
                 delay.as_secs_f64(),
                 cluster.replica(id).log_path.display()
             );
+            if let Some(reason) = cluster.replica(id).exit_reason() {
+                println!("{} replica {id}: {reason}", stamp(now));
+            }
         }
         let due: Vec<u64> = restart_at
             .iter()
@@ -503,11 +509,19 @@ async fn supervise(cluster: &mut LocalCluster, tls: &crate::client::ClientTls) {
             let mut client = client.clone();
             let id = *id;
             async move {
-                let info = client
-                    .get_cluster_info(v1::GetClusterInfoRequest {})
-                    .await
-                    .ok()?
-                    .into_inner();
+                // The channel's own timeouts do not bound a TLS handshake
+                // that never finishes (a replica paused by SIGSTOP, whose
+                // kernel still accepts connections, or anything else on its
+                // port): without this bound one such replica stopped the
+                // whole loop, restarts included.
+                let info = tokio::time::timeout(
+                    PROBE_TIMEOUT,
+                    client.get_cluster_info(v1::GetClusterInfoRequest {}),
+                )
+                .await
+                .ok()?
+                .ok()?
+                .into_inner();
                 Some(View {
                     node_id: id,
                     leader_id: info.leader_id,
@@ -524,6 +538,7 @@ async fn supervise(cluster: &mut LocalCluster, tls: &crate::client::ClientTls) {
 }
 
 async fn wait_for_leader(
+    cluster: &mut LocalCluster,
     endpoints: &[String],
     tls: crate::client::ClientTls,
 ) -> anyhow::Result<u64> {
@@ -531,21 +546,37 @@ async fn wait_for_leader(
     let mut client = Client::new(endpoints.to_vec()).with_tls(Some(tls));
     client.failover_deadline = Duration::ZERO;
     loop {
-        let info =
-            client
-                .admin(|mut admin| async move {
-                    admin.get_cluster_info(v1::GetClusterInfoRequest {}).await
-                })
-                .await;
-        if let Ok(v1::ClusterInfo {
+        // Bounded for the reason `supervise`'s probes are.
+        let info = tokio::time::timeout(
+            PROBE_TIMEOUT * endpoints.len() as u32,
+            client.admin(|mut admin| async move {
+                admin.get_cluster_info(v1::GetClusterInfoRequest {}).await
+            }),
+        )
+        .await;
+        if let Ok(Ok(v1::ClusterInfo {
             leader_id: Some(leader),
             ..
-        }) = info
+        })) = info
         {
             return Ok(leader);
         }
+        // Nothing restarts a replica before the cluster is up: one that
+        // exits now (a port in use, a bad flag) would only exit again.
+        if let Some((id, status)) = cluster.exited() {
+            let replica = cluster.replica(id);
+            bail!(
+                "replica {id} exited ({status}) before the cluster was up: {} (log: {})",
+                replica
+                    .exit_reason()
+                    .unwrap_or_else(|| "its log names no error".to_string()),
+                replica.log_path.display()
+            );
+        }
         if tokio::time::Instant::now() >= deadline {
-            bail!("no leader was elected within {READY_TIMEOUT:?}");
+            bail!(
+                "no leader was elected within {READY_TIMEOUT:?}; see the replicas' gateway.log files"
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

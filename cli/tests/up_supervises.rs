@@ -8,7 +8,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use support::cluster::cluster_info;
@@ -56,6 +56,19 @@ impl Up {
                 "palisade up never printed {what}:\n{}",
                 self.output()
             );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits for `up` to exit; fails with `what` and the output if it does
+    /// not.
+    fn wait_exit(&mut self, what: &str) -> ExitStatus {
+        let deadline = Instant::now() + PHASE_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{what}:\n{}", self.output());
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -191,18 +204,7 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
 
     // Ctrl-C stops everything.
     signal(up.child.id(), libc::SIGINT);
-    let deadline = Instant::now() + PHASE_TIMEOUT;
-    let status = loop {
-        if let Some(status) = up.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "up did not stop:\n{}",
-            up.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = up.wait_exit("up did not stop");
     let output = up.output();
     println!("{output}");
     assert!(status.success(), "up exited with {status}:\n{output}");
@@ -213,4 +215,86 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     for pid in up.replica_pids() {
         assert!(!alive(pid), "replica pid {pid} outlived up:\n{output}");
     }
+}
+
+/// A replica that cannot start (its peer port is taken) ends `up` with the
+/// replica's own reason, printed once, instead of a wait for a leader that
+/// cannot come.
+#[test]
+fn up_ends_with_the_reason_a_replica_could_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_up_base_port();
+    let peer_port = base + 100;
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", peer_port)).unwrap();
+    let mut up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
+    let status = up.wait_exit("up did not give up");
+    let output = up.output();
+    assert_eq!(status.code(), Some(1), "{output}");
+    let reason = format!("cannot listen on 127.0.0.1:{peer_port}: Address already in use");
+    let errors: Vec<&str> = output
+        .lines()
+        .filter(|line| line.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{output}");
+    assert!(
+        errors[0]
+            .starts_with("error: replica 1 exited (exit status: 1) before the cluster was up: ")
+            && errors[0].contains(&reason)
+            && errors[0].matches("Address already in use").count() == 1,
+        "{output}"
+    );
+    for pid in up.replica_pids() {
+        assert!(!alive(pid), "replica pid {pid} outlived up:\n{output}");
+    }
+}
+
+/// A replica restarted while its port is taken exits again, and `up`
+/// prints why under the exit; it starts once the port is free.
+#[test]
+fn up_prints_why_a_restarted_replica_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_up_base_port();
+    let up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
+    up.wait_line("Palisade is up", |line| {
+        line.starts_with("Palisade is up").then_some(())
+    });
+    let pid = up.wait_line("replica 2's pid", |line| {
+        let (_, pid) = line.strip_prefix("replica 2: ")?.split_once("(pid ")?;
+        pid.split(',').next()?.parse::<u32>().ok()
+    });
+    signal(pid, libc::SIGKILL);
+    up.wait_line("the exit", |line| {
+        line.contains("replica 2 exited (signal: 9").then_some(())
+    });
+    // Taken before the restart (2 s after the exit): the restarted replica
+    // cannot listen on its public port.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", base + 1)).unwrap();
+    let reason = up.wait_line("the reason", |line| {
+        line.split_once("] replica 2: cannot listen on ")
+            .map(|(_, rest)| rest.to_string())
+    });
+    assert!(
+        reason.starts_with(&format!("127.0.0.1:{}: Address already in use", base + 1)),
+        "{reason}"
+    );
+    // A kill by signal has no reason of its own: nothing is printed under it.
+    let output = up.output();
+    let lines: Vec<&str> = output.lines().collect();
+    let killed = lines
+        .iter()
+        .position(|line| line.contains("replica 2 exited (signal: 9"))
+        .unwrap();
+    assert!(!lines[killed + 1].contains("] replica 2: "), "{output}");
+    // Freed, the port is the replica's again at the next restart.
+    let restarts = output.matches("replica 2 restarted (pid ").count();
+    drop(taken);
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while up.output().matches("replica 2 restarted (pid ").count() == restarts {
+        assert!(Instant::now() < deadline, "no restart:\n{}", up.output());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let output = up.output();
+    let after = output.rsplit("replica 2 restarted (pid ").next().unwrap();
+    assert!(!after.contains("replica 2 exited"), "{output}");
 }

@@ -2,6 +2,7 @@
 //! start (again, from the same directory and flags), SIGKILL, SIGSTOP and
 //! SIGCONT, SIGTERM and wait, and read its log file.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +13,9 @@ use crate::processes::{signal, wait_stopped};
 /// How long [`ReplicaProcess::pause`] waits for the kernel to report the
 /// process stopped.
 const PAUSE_CONFIRM_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of the end of the log [`ReplicaProcess::exit_reason`] reads:
+/// the error is the last thing a replica writes.
+const EXIT_REASON_TAIL_BYTES: u64 = 64 * 1024;
 
 /// A replica's TLS files (`palisade cluster init-pki` writes them).
 #[derive(Debug, Clone)]
@@ -65,6 +69,9 @@ pub struct ReplicaProcess {
     /// Ctrl-C takes its replicas along.
     pub own_process_group: bool,
     child: Option<Child>,
+    /// The log's length when the process was last started: where its own
+    /// output begins.
+    log_len_at_start: u64,
 }
 
 impl ReplicaProcess {
@@ -95,6 +102,7 @@ impl ReplicaProcess {
             palisade: palisade.to_path_buf(),
             own_process_group: false,
             child: None,
+            log_len_at_start: 0,
         }
     }
 
@@ -165,6 +173,7 @@ impl ReplicaProcess {
                 })
         };
         let (stdout, stderr) = (open_log()?, open_log()?);
+        self.log_len_at_start = self.log_len();
         let mut command = Command::new(&self.palisade);
         for key in &self.env_remove {
             command.env_remove(key);
@@ -294,6 +303,26 @@ impl ReplicaProcess {
         let log = std::fs::read(&self.log_path).unwrap_or_default();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         String::from_utf8_lossy(log.get(start..).unwrap_or_default()).into_owned()
+    }
+
+    /// The message of the last `error: ...` line (how `palisade` reports
+    /// the error it exits with) that the process logged since it was last
+    /// started: why it exited, when it exited by itself. Reads at most the log's last
+    /// [`EXIT_REASON_TAIL_BYTES`].
+    pub fn exit_reason(&self) -> Option<String> {
+        let mut file = std::fs::File::open(&self.log_path).ok()?;
+        let length = file.metadata().ok()?.len();
+        let from = self
+            .log_len_at_start
+            .max(length.saturating_sub(EXIT_REASON_TAIL_BYTES));
+        file.seek(SeekFrom::Start(from)).ok()?;
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail).ok()?;
+        String::from_utf8_lossy(&tail)
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("error: "))
+            .map(str::to_string)
     }
 
     /// How many bytes the replica has logged so far.

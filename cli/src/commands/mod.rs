@@ -1103,10 +1103,29 @@ pub fn report_error(error: &anyhow::Error) -> i32 {
             1
         }
         None => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", describe(error));
             1
         }
     }
+}
+
+/// `error`'s message and its causes, joined by ": " like `{:#}`, without
+/// a cause the message before it already ends with (an error that names
+/// its source in its own message, as `cannot listen on ADDRESS: SOURCE`
+/// does, would otherwise print the source twice).
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.ends_with(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 /// Where `palisade up` keeps its data by default.
@@ -1119,6 +1138,29 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    /// An error naming its source in its own message prints it once; a
+    /// context added above it stays.
+    #[test]
+    fn describe_prints_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot listen on 127.0.0.1:7001: {source}")]
+        struct Listen {
+            source: std::io::Error,
+        }
+        let source = std::io::Error::from(std::io::ErrorKind::AddrInUse);
+        let error = anyhow::Error::new(Listen { source }).context("replica 1");
+        assert_eq!(
+            format!("{error:#}"),
+            "replica 1: cannot listen on 127.0.0.1:7001: address in use: address in use"
+        );
+        assert_eq!(
+            describe(&error),
+            "replica 1: cannot listen on 127.0.0.1:7001: address in use"
+        );
+        let plain = anyhow::anyhow!("no leader").context("palisade up");
+        assert_eq!(describe(&plain), "palisade up: no leader");
+    }
 
     #[test]
     fn timestamps_print_as_utc() {
