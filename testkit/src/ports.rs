@@ -21,6 +21,7 @@
 //! gave up), and does so reliably beside a process that keeps thousands of
 //! outgoing connections open. Outside the range only an explicit `bind` can
 //! take a port, and every test binds what it was handed.
+
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::ops::RangeInclusive;

@@ -114,7 +114,7 @@ pub struct ExecutionProcesses {
     pub shims: BTreeMap<(String, u64), Vec<u32>>,
     /// Processes of sandbox commands (working directory
     /// `DRIVER_DIR/.workdirs/ID`, or `DIR/work` of older executions), by
-    /// execution, with their argv[0].
+    /// execution, with their `argv[0]`.
     pub commands: BTreeMap<(String, u64), Vec<(u32, String)>>,
 }
 
@@ -239,7 +239,7 @@ pub fn execution_processes(driver_dir: &Path) -> ExecutionProcesses {
 const KILL_ROUNDS_MAX: usize = 50;
 
 /// SIGKILLs every shim and command of the executions under `driver_dir`
-/// (and nothing else), until none is left or [`KILL_ROUNDS_MAX`] rounds.
+/// (and nothing else), until none is left or `KILL_ROUNDS_MAX` rounds.
 pub fn kill_executions(driver_dir: &Path) {
     for _ in 0..KILL_ROUNDS_MAX {
         let pids = execution_processes(driver_dir).pids();

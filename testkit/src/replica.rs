@@ -307,8 +307,8 @@ impl ReplicaProcess {
 
     /// The message of the last `error: ...` line (how `palisade` reports
     /// the error it exits with) that the process logged since it was last
-    /// started: why it exited, when it exited by itself. Reads at most the log's last
-    /// [`EXIT_REASON_TAIL_BYTES`].
+    /// started: why it exited, when it exited by itself. Reads at most the
+    /// log's last 64 KiB (`EXIT_REASON_TAIL_BYTES`).
     pub fn exit_reason(&self) -> Option<String> {
         let mut file = std::fs::File::open(&self.log_path).ok()?;
         let length = file.metadata().ok()?.len();

@@ -3,7 +3,8 @@
 //!
 //! It runs `initdb` and `pg_ctl` from `/usr/lib/postgresql/*/bin` (the
 //! newest version there) on a temporary directory and a free port on
-//! 127.0.0.1, and stops the server and removes the directory on drop.
+//! 127.0.0.1 (outside the ephemeral range, so that [`TestPostgres::restart`]
+//! finds it unbound: see [`crate::ports`]), and stops the server and removes the directory on drop.
 //! PostgreSQL refuses to run as root: as root, the binaries run as the
 //! `postgres` user (`runuser -u postgres --`) in a directory it owns.
 //! `scripts/ensure-postgres` installs the `postgresql` package when the
