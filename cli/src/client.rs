@@ -226,13 +226,17 @@ impl Client {
                 .expect("endpoints are validated by parse_endpoints")
                 .tls_config(tls.config())?;
         }
-        let channel = endpoint
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(self.call_timeout)
-            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-            .connect()
-            .await?;
+        // Through the one connect whose timeout covers the TLS handshake
+        // too: a replica paused by SIGSTOP accepts the connection and never
+        // answers, and the call must move on to another replica.
+        let channel = palisade_raft::simnet::channel(
+            endpoint
+                .connect_timeout(CONNECT_TIMEOUT)
+                .timeout(self.call_timeout)
+                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT),
+        )
+        .await?;
         self.channels[at] = Some(channel.clone());
         Ok(channel)
     }

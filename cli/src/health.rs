@@ -168,16 +168,18 @@ pub async fn probe(
         };
     }
     let answer = tokio::time::timeout(timeout, async {
-        let channel = target.connect().await.map_err(|error| {
-            // The transport error's sources say why (refused, handshake).
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(&error);
-            while let Some(inner) = source {
-                text = format!("{text}: {inner}");
-                source = inner.source();
-            }
-            Failure::Connect(text)
-        })?;
+        let channel = palisade_raft::simnet::channel(target)
+            .await
+            .map_err(|error| {
+                // The transport error's sources say why (refused, handshake).
+                let mut text = error.to_string();
+                let mut source = std::error::Error::source(&error);
+                while let Some(inner) = source {
+                    text = format!("{text}: {inner}");
+                    source = inner.source();
+                }
+                Failure::Connect(text)
+            })?;
         HealthClient::new(channel)
             .check(HealthCheckRequest {
                 service: service.to_string(),

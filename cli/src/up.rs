@@ -434,11 +434,11 @@ async fn supervise(cluster: &mut LocalCluster, tls: &crate::client::ClientTls) {
         if let Ok(endpoint) = Endpoint::from_shared(replica.uri())
             .and_then(|endpoint| endpoint.tls_config(tls.config()))
         {
-            let channel = endpoint
-                .connect_timeout(PROBE_TIMEOUT)
-                .timeout(PROBE_TIMEOUT)
-                .tcp_nodelay(true)
-                .connect_lazy();
+            let channel = palisade_raft::simnet::channel_lazy(
+                endpoint
+                    .connect_timeout(PROBE_TIMEOUT)
+                    .timeout(PROBE_TIMEOUT),
+            );
             probes.insert(replica.node_id, ClusterAdminClient::new(channel));
         }
     }

@@ -298,3 +298,70 @@ fn up_prints_why_a_restarted_replica_exited() {
     let after = output.rsplit("replica 2 restarted (pid ").next().unwrap();
     assert!(!after.contains("replica 2 exited"), "{output}");
 }
+
+/// A replica paused by SIGSTOP still accepts connections (its kernel
+/// does) and never answers the TLS handshake. The CLI, whose first
+/// endpoint it is, moves on to the others: the write succeeds and `cluster
+/// status` answers, each within a bound, instead of waiting on the
+/// handshake for as long as the pause lasts.
+#[test]
+fn the_cli_moves_past_a_paused_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = free_up_base_port();
+    let up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
+    up.wait_line("Palisade is up", |line| {
+        line.starts_with("Palisade is up").then_some(())
+    });
+    let pid = up.wait_line("replica 1's pid", |line| {
+        let (_, pid) = line.strip_prefix("replica 1: ")?.split_once("(pid ")?;
+        pid.split(',').next()?.parse::<u32>().ok()
+    });
+    signal(pid, libc::SIGSTOP);
+    let config = dir.path().join("cluster").join("config.json");
+    let run = |args: &[&str]| {
+        let started = Instant::now();
+        let mut child = Command::new(palisade())
+            .args(args)
+            .env("PALISADE_CONFIG", &config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run palisade CLI");
+        // Far below the pause (unbounded) and the CLI's own call timeout
+        // (150 s): a connect to the paused replica gives up after 2 s.
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > Duration::from_secs(45) {
+                let _ = child.kill();
+                signal(pid, libc::SIGCONT);
+                panic!("palisade {args:?} still waits after 45 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let created = run(&["workspace", "create", "while-paused"]);
+    let status = run(&["cluster", "status"]);
+    signal(pid, libc::SIGCONT);
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let status_out = String::from_utf8_lossy(&status.stdout);
+    // The paused replica is reported, the others answer, one leads.
+    let replica = |port: u16| {
+        status_out
+            .lines()
+            .find(|line| line.starts_with(&format!("https://127.0.0.1:{port} ")))
+            .unwrap_or_default()
+    };
+    assert!(replica(base).contains("UNREACHABLE"), "{status_out}");
+    assert!(
+        [base + 1, base + 2]
+            .iter()
+            .any(|port| replica(*port).contains(" Leader ")),
+        "{status_out}\n{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+}

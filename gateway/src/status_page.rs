@@ -61,10 +61,10 @@ async fn ask_member(
     tls: Option<&palisade_raft::tls::TlsMaterial>,
 ) -> Result<v1::ClusterInfo, String> {
     let ask = async {
-        let channel = palisade_raft::tls::peer_endpoint(address, node_id, tls)
+        let endpoint = palisade_raft::tls::peer_endpoint(address, node_id, tls)
             .map_err(|error| format!("bad address: {error}"))?
-            .connect_timeout(MEMBER_ANSWER_TIMEOUT)
-            .connect()
+            .connect_timeout(MEMBER_ANSWER_TIMEOUT);
+        let channel = palisade_raft::simnet::channel(endpoint)
             .await
             .map_err(|error| format!("unreachable: {error}"))?;
         ClusterAdminClient::new(channel)

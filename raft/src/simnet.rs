@@ -9,6 +9,14 @@
 //! listener one end of a fresh pipe ([`SimNet::connect`]). The simulation
 //! installs its network on its thread ([`SimNet::install`]); the peer
 //! transport then dials through it ([`channel_lazy`], [`channel`]).
+//!
+//! Outside a simulation the same two functions dial over TCP, with the
+//! endpoint's connect timeout bounding the TCP connect *and* the TLS
+//! handshake ([`tcp_connector`]): tonic's own `connect` and `connect_lazy`
+//! bound the TCP connect only, and a replica paused by SIGSTOP (whose kernel
+//! still accepts connections) or anything else that accepts and never
+//! answers held a connection attempt, and every call waiting on it, for as
+//! long as that lasted. Every gRPC channel Palisade opens goes through them.
 //! Network faults stay where they are in every mode: the link table decides
 //! each peer message's fate above the transport.
 
@@ -19,6 +27,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
@@ -138,7 +147,10 @@ impl tower_service::Service<Uri> for SimConnector {
 pub fn channel_lazy(endpoint: Endpoint) -> Channel {
     match SimNet::current() {
         Some(net) => endpoint.connect_with_connector_lazy(net.connector()),
-        None => endpoint.connect_lazy(),
+        None => {
+            let connector = tcp_connector(&endpoint);
+            endpoint.connect_with_connector_lazy(connector)
+        }
     }
 }
 
@@ -147,6 +159,22 @@ pub fn channel_lazy(endpoint: Endpoint) -> Channel {
 pub async fn channel(endpoint: Endpoint) -> Result<Channel, tonic::transport::Error> {
     match SimNet::current() {
         Some(net) => endpoint.connect_with_connector(net.connector()).await,
-        None => endpoint.connect().await,
+        None => {
+            let connector = tcp_connector(&endpoint);
+            endpoint.connect_with_connector(connector).await
+        }
     }
+}
+
+/// The TCP connector tonic builds for an endpoint, given to it as a custom
+/// connector: tonic then wraps the whole connect, TLS included, in the
+/// endpoint's connect timeout (see the module doc). Nagle is off, as
+/// tonic's default is: every channel here carries small, latency-bound
+/// calls.
+fn tcp_connector(endpoint: &Endpoint) -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(endpoint.get_connect_timeout());
+    http
 }

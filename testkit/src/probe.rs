@@ -49,13 +49,10 @@ pub async fn channel(uri: &str, call_timeout: Duration) -> Option<Channel> {
     if let Some(tls) = tls_for(uri) {
         endpoint = endpoint.tls_config(tls).ok()?;
     }
-    endpoint
+    let endpoint = endpoint
         .connect_timeout(PROBE_CONNECT_TIMEOUT)
-        .timeout(call_timeout)
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .ok()
+        .timeout(call_timeout);
+    palisade_raft::simnet::channel(endpoint).await.ok()
 }
 
 /// A `palisade.v1.Palisade` client to exactly one replica.
