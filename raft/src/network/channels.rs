@@ -29,8 +29,9 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// Factor by which the pause grows after each failed retry.
 pub const BACKOFF_GROWTH: u32 = 2;
 
-/// Time allowed to open a TCP connection to a peer. An RPC's own deadline
-/// cuts it shorter when the RPC has less time left.
+/// Time allowed to connect to a peer: the TCP connect and the TLS
+/// handshake together (`simnet::channel_lazy`). An RPC's own deadline cuts
+/// it shorter when the RPC has less time left.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Interval of HTTP/2 pings on an idle peer connection, so that a
