@@ -73,6 +73,22 @@ impl Up {
         }
     }
 
+    /// Waits for `up` to say the cluster is up.
+    fn wait_up(&self) {
+        self.wait_line("Palisade is up", |line| {
+            line.starts_with("Palisade is up").then_some(())
+        });
+    }
+
+    /// The pid `up` printed for replica `node` when it started it.
+    fn started_pid(&self, node: u64) -> u32 {
+        self.wait_line(&format!("replica {node}'s pid"), |line| {
+            let rest = line.strip_prefix(&format!("replica {node}: "))?;
+            let (_, pid) = rest.split_once("(pid ")?;
+            pid.split(',').next()?.parse::<u32>().ok()
+        })
+    }
+
     /// Every replica pid `up` printed (started and restarted).
     fn replica_pids(&self) -> Vec<u32> {
         self.output()
@@ -110,9 +126,7 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
     let dir = tempfile::tempdir().unwrap();
     let base = free_up_base_port();
     let mut up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
-    up.wait_line("Palisade is up", |line| {
-        line.starts_with("Palisade is up").then_some(())
-    });
+    up.wait_up();
     // `up` names each replica's status page (BASE_PORT + 200 + N - 1).
     for node in 1..=3u16 {
         let url = format!("http://127.0.0.1:{}/", base + 200 + node - 1);
@@ -145,11 +159,7 @@ async fn up_restarts_a_killed_leader_and_prints_the_new_one() {
         assert!(Instant::now() < deadline, "no leader:\n{}", up.output());
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let pid = up.wait_line("the leader's pid", |line| {
-        let rest = line.strip_prefix(&format!("replica {first_leader}: "))?;
-        let (_, pid) = rest.split_once("(pid ")?;
-        pid.split(',').next()?.parse::<u32>().ok()
-    });
+    let pid = up.started_pid(first_leader);
 
     signal(pid, libc::SIGKILL);
     up.wait_line("the exit", |line| {
@@ -255,13 +265,8 @@ fn up_prints_why_a_restarted_replica_exited() {
     let dir = tempfile::tempdir().unwrap();
     let base = free_up_base_port();
     let up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
-    up.wait_line("Palisade is up", |line| {
-        line.starts_with("Palisade is up").then_some(())
-    });
-    let pid = up.wait_line("replica 2's pid", |line| {
-        let (_, pid) = line.strip_prefix("replica 2: ")?.split_once("(pid ")?;
-        pid.split(',').next()?.parse::<u32>().ok()
-    });
+    up.wait_up();
+    let pid = up.started_pid(2);
     signal(pid, libc::SIGKILL);
     up.wait_line("the exit", |line| {
         line.contains("replica 2 exited (signal: 9").then_some(())
@@ -309,13 +314,8 @@ fn the_cli_moves_past_a_paused_replica() {
     let dir = tempfile::tempdir().unwrap();
     let base = free_up_base_port();
     let up = Up::start(&dir.path().join("cluster"), base, dir.path().join("up.out"));
-    up.wait_line("Palisade is up", |line| {
-        line.starts_with("Palisade is up").then_some(())
-    });
-    let pid = up.wait_line("replica 1's pid", |line| {
-        let (_, pid) = line.strip_prefix("replica 1: ")?.split_once("(pid ")?;
-        pid.split(',').next()?.parse::<u32>().ok()
-    });
+    up.wait_up();
+    let pid = up.started_pid(1);
     signal(pid, libc::SIGSTOP);
     let config = dir.path().join("cluster").join("config.json");
     let run = |args: &[&str]| {
