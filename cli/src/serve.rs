@@ -115,9 +115,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = RaftTiming::default().election_timeout_max_ms)]
     pub election_timeout_max_ms: u64,
     /// Build a snapshot of the state every this many applied log entries,
-    /// or more for a large state: one entry per KiB of state (a 64 MiB
-    /// state snapshots every 65,536 entries), so that building snapshots
-    /// costs the same per entry whatever the state's size.
+    /// or more for a large state: one entry per 256 bytes of the last
+    /// snapshot (after one of 64 MiB, 262,144 entries later; at most
+    /// 8,388,608), so that building snapshots costs the same per entry
+    /// whatever the state's size, about what the log itself writes.
     #[arg(long, default_value_t = RaftLogPolicy::default().snapshot_interval_entries,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_interval_entries: u64,

@@ -107,8 +107,8 @@ impl Default for RaftTiming {
 #[derive(Debug, Clone)]
 pub struct RaftLogPolicy {
     /// A snapshot is built once this many entries were applied since the
-    /// last one, or more for a large state (one entry per KiB of state: see
-    /// [`crate::snapshot_cadence`]).
+    /// last one, or more for a large state (one entry per 256 bytes of the
+    /// last snapshot: see [`crate::snapshot_cadence`]).
     pub snapshot_interval_entries: u64,
     /// Entries already in a snapshot that are kept in the log (the rest is purged).
     pub log_kept_after_snapshot_entries: u64,

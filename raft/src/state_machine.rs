@@ -214,6 +214,8 @@ struct StateBytes {
     grown: AtomicU64,
     memory_measured: AtomicU64,
     memory_grown: AtomicU64,
+    /// The whole size of the last snapshot built, loaded or installed.
+    last_snapshot: AtomicU64,
 }
 
 /// The growth counted up to a copy of the state (see [`copy_of`]).
@@ -258,6 +260,13 @@ impl StateBytes {
         forget(&self.memory_grown, before.memory);
     }
 
+    /// A snapshot of `bytes`, `receipts` of them its receipts, was built
+    /// of the state after `before` of the growth counted so far.
+    fn built(&self, bytes: u64, receipts: u64, before: GrowthBefore) {
+        self.measured(bytes, receipts, before);
+        self.last_snapshot.store(bytes, Ordering::Relaxed);
+    }
+
     /// The state without its receipts measured `bytes`, after `before` of
     /// the growth counted so far.
     fn memory_measured(&self, bytes: u64, before: GrowthBefore) {
@@ -270,6 +279,7 @@ impl StateBytes {
     fn replaced(&self, bytes: u64, receipts: u64) {
         let receipts = receipts.min(bytes);
         self.measured.store(bytes, Ordering::Relaxed);
+        self.last_snapshot.store(bytes, Ordering::Relaxed);
         self.receipts.store(receipts, Ordering::Relaxed);
         self.grown.store(0, Ordering::Relaxed);
         self.memory_measured
@@ -363,6 +373,15 @@ impl StateHandle {
     /// encoded, plus an upper bound of what was applied since.
     pub fn snapshot_bytes(&self) -> u64 {
         self.shared.bytes.snapshot_estimate()
+    }
+
+    /// The whole encoded size of the state's last snapshot (built, or the
+    /// one it was loaded from or installed), receipts included: a figure
+    /// neither an applied command nor a digest moves, which
+    /// `palisade_gateway::snapshot_cadence` spaces snapshots by. 0 before
+    /// the first.
+    pub fn last_snapshot_bytes(&self) -> u64 {
+        self.shared.bytes.last_snapshot.load(Ordering::Relaxed)
     }
 
     /// Encodes the applied state once for `use_encoded` (e.g. a digest)
@@ -759,7 +778,7 @@ impl LifecycleSnapshotBuilder {
                 serde_json::to_writer(out, &copy.state).map_err(io::Error::other)
             })?;
             let receipts_bytes = copy.state.receipts.encoded_bytes();
-            shared.bytes.measured(data.len(), receipts_bytes, grown_before);
+            shared.bytes.built(data.len(), receipts_bytes, grown_before);
             let in_memory = data.len().saturating_sub(receipts_bytes);
             if in_memory > STATE_BYTES_MAX || data.len() > SNAPSHOT_BYTES_BUDGET {
                 tracing::warn!(
@@ -1149,6 +1168,66 @@ mod tests {
         assert_eq!(restarted.handle().applied_index(), 200);
     }
 
+    /// Receipts of settled deletes, one per request number in `numbers`.
+    fn insert_receipts(state: &mut State, numbers: std::ops::Range<u64>) {
+        for n in numbers {
+            state.receipts.insert(
+                format!("request-{n}"),
+                palisade_lifecycle::Receipt {
+                    rpc: palisade_lifecycle::ReceiptRpc::DeleteSandbox,
+                    payload_digest: format!("{n:064x}"),
+                    created_at_ms: 1,
+                    created_at_index: n,
+                    settled_at_ms: Some(1),
+                    workspace: "default".into(),
+                    result: palisade_lifecycle::ReceiptResult::Deleted {
+                        sandbox_id: format!("sandbox-{n}"),
+                    },
+                },
+            );
+        }
+    }
+
+    /// The snapshot cadence spaces builds by the last snapshot's size: a
+    /// build and a load set it; neither the growth each applied command
+    /// counts nor a digest's measurement moves it (spaced by either, the
+    /// next build could be put off for good: see
+    /// `palisade_gateway::snapshot_cadence`).
+    #[tokio::test]
+    async fn the_last_snapshot_size_moves_only_with_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut machine = LifecycleStateMachine::open(dir.path()).unwrap();
+        let handle = machine.handle();
+        let add_receipts = |machine: &LifecycleStateMachine, from: u64| {
+            let mut guard = machine.write().unwrap();
+            guard.last_applied = Some(log_id(1, from + 1_000));
+            insert_receipts(&mut guard.state, from..from + 1_000);
+        };
+        add_receipts(&machine, 0);
+        let mut builder = machine.get_snapshot_builder().await;
+        let built = builder.build_snapshot().await.unwrap();
+        let built_bytes = built.snapshot.len();
+        assert!(built_bytes > 1_000 * 150, "{built_bytes}");
+        assert_eq!(handle.last_snapshot_bytes(), built_bytes);
+
+        // Commands grow the estimate, a digest measures the larger state:
+        // the last snapshot's size stays.
+        machine.shared.bytes.grow(600_000);
+        assert!(handle.snapshot_bytes() >= built_bytes + 600_000);
+        add_receipts(&machine, 1_000);
+        let mut sink = Vec::new();
+        handle.encode_into(&mut sink).unwrap();
+        assert_eq!(handle.snapshot_bytes(), sink.len() as u64);
+        assert!(handle.snapshot_bytes() > built_bytes + 1_000 * 150);
+        assert_eq!(handle.last_snapshot_bytes(), built_bytes);
+
+        // A restart loads it, with its size.
+        drop(builder);
+        drop(machine);
+        let restarted = LifecycleStateMachine::open(dir.path()).unwrap();
+        assert_eq!(restarted.handle().last_snapshot_bytes(), built_bytes);
+    }
+
     /// The state's size is tracked whole (receipts included: what a
     /// snapshot carries) and without receipts (what memory holds); the
     /// latter is measured again on demand, O(sandboxes), after commands
@@ -1159,25 +1238,7 @@ mod tests {
         let machine = LifecycleStateMachine::open(dir.path()).unwrap();
         let handle = machine.handle();
         let empty = handle.state_bytes();
-        {
-            let mut guard = machine.write().unwrap();
-            for n in 0..2_000 {
-                guard.state.receipts.insert(
-                    format!("request-{n}"),
-                    palisade_lifecycle::Receipt {
-                        rpc: palisade_lifecycle::ReceiptRpc::DeleteSandbox,
-                        payload_digest: format!("{n:064x}"),
-                        created_at_ms: 1,
-                        created_at_index: n,
-                        settled_at_ms: Some(1),
-                        workspace: "default".into(),
-                        result: palisade_lifecycle::ReceiptResult::Deleted {
-                            sandbox_id: format!("sandbox-{n}"),
-                        },
-                    },
-                );
-            }
-        }
+        insert_receipts(&mut machine.write().unwrap().state, 0..2_000);
         // 2,000 commands of ~300 bytes applied: both estimates grow.
         machine.shared.bytes.grow(600_000);
         assert!(handle.state_bytes() >= empty + 600_000);
