@@ -214,7 +214,8 @@ struct StateBytes {
     grown: AtomicU64,
     memory_measured: AtomicU64,
     memory_grown: AtomicU64,
-    /// The whole size of the last snapshot built, loaded or installed.
+    /// The whole size of the last snapshot built, loaded or installed
+    /// (the empty state's before any).
     last_snapshot: AtomicU64,
 }
 
@@ -378,8 +379,8 @@ impl StateHandle {
     /// The whole encoded size of the state's last snapshot (built, or the
     /// one it was loaded from or installed), receipts included: a figure
     /// neither an applied command nor a digest moves, which
-    /// `palisade_gateway::snapshot_cadence` spaces snapshots by. 0 before
-    /// the first.
+    /// `palisade_gateway::snapshot_cadence` spaces snapshots by. Before
+    /// the first snapshot, the empty state's size.
     pub fn last_snapshot_bytes(&self) -> u64 {
         self.shared.bytes.last_snapshot.load(Ordering::Relaxed)
     }
