@@ -402,31 +402,30 @@ fn megabytes(bytes_per_second: Option<f64>) -> String {
 /// [`DeviceWrites::start`] (the whole device: anything else writing to it
 /// meanwhile counts too, so run the bench on an idle machine).
 struct DeviceWrites {
-    stat: Option<PathBuf>,
-    sectors_at_start: Option<u64>,
+    /// The device's `stat` file and its sectors written at the start;
+    /// `None` when there is no such file to read.
+    started: Option<(PathBuf, u64)>,
 }
 
 impl DeviceWrites {
     fn start(path: &std::path::Path) -> Self {
         use std::os::unix::fs::MetadataExt;
-        let stat = std::fs::metadata(path).ok().map(|metadata| {
+        let started = std::fs::metadata(path).ok().and_then(|metadata| {
             // glibc's gnu_dev_major / gnu_dev_minor.
             let dev = metadata.dev();
             let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff);
             let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff);
-            PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat"))
+            let stat = PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat"));
+            let sectors = sectors_written(&stat)?;
+            Some((stat, sectors))
         });
-        let sectors_at_start = stat.as_deref().and_then(sectors_written);
-        Self {
-            stat,
-            sectors_at_start,
-        }
+        Self { started }
     }
 
     /// Bytes written a second since the start, over `elapsed`.
     fn bytes_per_second(&self, elapsed: Duration) -> Option<f64> {
-        let now = sectors_written(self.stat.as_deref()?)?;
-        let sectors = now.checked_sub(self.sectors_at_start?)?;
+        let (stat, at_start) = self.started.as_ref()?;
+        let sectors = sectors_written(stat)?.checked_sub(*at_start)?;
         // The kernel counts 512-byte sectors whatever the device's own.
         Some(sectors as f64 * 512.0 / elapsed.as_secs_f64())
     }
